@@ -1,0 +1,1 @@
+//! Fake NVIDIA driver trees for tests.
