@@ -1,1 +1,318 @@
-//! config
+//! nvc's configuration: `/etc/nvc/config.toml`, or the file named by `NVC_CONFIG`.
+//!
+//! A missing file means the defaults; a malformed one is an error naming the file,
+//! the line and the key. [`DEFAULT_TOML`] is the shipped, commented file.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The shipped configuration file: every key, commented, with its default value.
+pub const DEFAULT_TOML: &str = include_str!("../config.toml");
+
+/// Where the configuration is read from when `NVC_CONFIG` is unset.
+pub const DEFAULT_PATH: &str = "/etc/nvc/config.toml";
+
+/// The environment variable naming another configuration file.
+pub const CONFIG_ENV: &str = "NVC_CONFIG";
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    /// Where the driver is.
+    pub driver: DriverConfig,
+    /// The low-level runtime.
+    pub runtime: RuntimeConfig,
+    /// The prestart hook.
+    pub hook: HookConfig,
+    /// Logging.
+    pub log: LogConfig,
+    /// What containers may ask for.
+    pub requests: RequestsConfig,
+    /// The container's ld.so.cache.
+    pub ldconfig: LdconfigConfig,
+}
+
+/// `[driver]`: the roots discovery reads from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct DriverConfig {
+    /// Where the driver's user-space files are.
+    pub root: PathBuf,
+    /// Device nodes are `<dev-root>/dev/nvidia*`.
+    pub dev_root: PathBuf,
+    /// GPU inventory is read from `<proc-root>/driver/nvidia`.
+    pub proc_root: PathBuf,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            root: PathBuf::from("/"),
+            dev_root: PathBuf::from("/"),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+}
+
+/// `[runtime]`: the low-level runtime the shim execs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RuntimeConfig {
+    /// Candidates, first found wins: names on PATH or absolute paths.
+    pub runtimes: Vec<String>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            runtimes: vec!["runc".into(), "crun".into()],
+        }
+    }
+}
+
+/// `[hook]`: the prestart hook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HookConfig {
+    /// The hook binary injected into GPU containers' specs.
+    pub path: PathBuf,
+}
+
+impl Default for HookConfig {
+    fn default() -> Self {
+        HookConfig {
+            path: PathBuf::from("/usr/bin/nvc-hook"),
+        }
+    }
+}
+
+/// `[log]`: where and how much to log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LogConfig {
+    /// The log file; empty turns logging off.
+    pub file: PathBuf,
+    /// The most detailed level written.
+    pub level: LogLevel,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            file: PathBuf::from("/var/log/nvc.log"),
+            level: LogLevel::Info,
+        }
+    }
+}
+
+/// A log level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Errors and warnings.
+    Warn,
+    /// The default.
+    Info,
+    /// Every decision.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+/// `[requests]`: what containers may ask for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RequestsConfig {
+    /// Capabilities used when `NVIDIA_DRIVER_CAPABILITIES` is unset or empty.
+    pub default_capabilities: Vec<String>,
+    /// Capabilities containers may ask for.
+    pub supported_capabilities: Vec<String>,
+    /// Honour `NVIDIA_VISIBLE_DEVICES` in unprivileged containers.
+    pub accept_envvar_when_unprivileged: bool,
+    /// Skip every `NVIDIA_REQUIRE_*` check.
+    pub disable_require: bool,
+}
+
+impl Default for RequestsConfig {
+    fn default() -> Self {
+        RequestsConfig {
+            default_capabilities: vec!["utility".into(), "compute".into()],
+            supported_capabilities: [
+                "compat32", "compute", "display", "graphics", "ngx", "utility", "video",
+            ]
+            .map(String::from)
+            .to_vec(),
+            accept_envvar_when_unprivileged: true,
+            disable_require: false,
+        }
+    }
+}
+
+/// `[ldconfig]`: the container's ld.so.cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LdconfigConfig {
+    /// Update the container's ld.so.cache.
+    pub update: bool,
+}
+
+impl Default for LdconfigConfig {
+    fn default() -> Self {
+        LdconfigConfig { update: true }
+    }
+}
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists but could not be read.
+    #[error("cannot read config file {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not fit the schema.
+    #[error("invalid config file {path}: {location}{message} (see `nvc config default` for every key)")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// "line N, key `K`: " where known.
+        location: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Config {
+    /// The file to read: `NVC_CONFIG` when set and not empty, else [`DEFAULT_PATH`].
+    pub fn path_from_env() -> PathBuf {
+        match std::env::var_os(CONFIG_ENV) {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => PathBuf::from(DEFAULT_PATH),
+        }
+    }
+
+    /// Loads the file named by `NVC_CONFIG`, or [`DEFAULT_PATH`].
+    pub fn load_from_env() -> Result<(Config, PathBuf), ConfigError> {
+        let path = Self::path_from_env();
+        Self::load(&path).map(|c| (c, path))
+    }
+
+    /// Loads `path`; a missing file gives the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(source) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
+    /// Parses the text of a configuration file; `path` is only used in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let location = e.span().map(|span| locate(text, span.start)).unwrap_or_default();
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                location,
+                message: e.message().trim().to_string(),
+            }
+        })
+    }
+}
+
+/// "line N, key `K`: " for the byte offset `at` of `text`.
+fn locate(text: &str, at: usize) -> String {
+    let at = at.min(text.len());
+    let line_no = text[..at].matches('\n').count() + 1;
+    let line = text.lines().nth(line_no - 1).unwrap_or("");
+    let mut section = "";
+    for l in text.lines().take(line_no) {
+        let t = l.trim();
+        if t.starts_with('[') && t.ends_with(']') {
+            section = t.trim_matches(|c| c == '[' || c == ']').trim();
+        }
+    }
+    match line.split_once('=') {
+        Some((key, _)) if !line.trim_start().starts_with('[') => {
+            let key = key.trim();
+            let full = if section.is_empty() {
+                key.to_string()
+            } else {
+                format!("{section}.{key}")
+            };
+            format!("line {line_no}, key `{full}`: ")
+        }
+        _ => format!("line {line_no}: "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_file_is_the_defaults() {
+        let parsed = Config::parse(DEFAULT_TOML, Path::new("config.toml")).unwrap();
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn missing_file_gives_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::load(&dir.path().join("absent.toml")).unwrap();
+        assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn partial_file_keeps_other_defaults() {
+        let c = Config::parse("[driver]\nroot = \"/run/nvidia/driver\"\n", Path::new("x")).unwrap();
+        assert_eq!(c.driver.root, PathBuf::from("/run/nvidia/driver"));
+        assert_eq!(c.driver.proc_root, PathBuf::from("/proc"));
+        assert_eq!(c.hook, HookConfig::default());
+    }
+
+    fn parse_err(text: &str) -> String {
+        Config::parse(text, Path::new("/etc/nvc/config.toml"))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        let e = parse_err("[driver]\nroot = \"/\"\nroott = \"/x\"\n");
+        assert!(e.contains("/etc/nvc/config.toml"), "{e}");
+        assert!(e.contains("line 3"), "{e}");
+        assert!(e.contains("driver.roott"), "{e}");
+
+        let e = parse_err("[ldconfig]\nupdate = \"yes\"\n");
+        assert!(e.contains("line 2, key `ldconfig.update`"), "{e}");
+        assert!(e.contains("invalid type"), "{e}");
+
+        let e = parse_err("[log]\nlevel = \"loud\"\n");
+        assert!(e.contains("key `log.level`"), "{e}");
+
+        let e = parse_err("[driver\nroot = 1\n");
+        assert!(e.contains("line 1"), "{e}");
+
+        let e = parse_err("[gpu]\nx = 1\n");
+        assert!(e.contains("unknown field `gpu`"), "{e}");
+    }
+
+    #[test]
+    fn unreadable_path_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory cannot be read as a file.
+        let e = Config::load(dir.path()).unwrap_err();
+        assert!(matches!(e, ConfigError::Read { .. }), "{e}");
+    }
+}

@@ -1,0 +1,662 @@
+//! A small, bounded ELF reader: just enough of a shared object's headers to tell its
+//! class, machine, type and `DT_SONAME`, which is what building an ld.so.cache needs.
+//!
+//! Files may come from a container image, so every offset is checked, every read has a
+//! fixed upper bound and a malformed file gives an [`ElfError`], never a panic or a large
+//! allocation.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// `e_machine` of x86-64 objects.
+pub const EM_X86_64: u16 = 62;
+/// `e_machine` of i386 objects.
+pub const EM_386: u16 = 3;
+/// `e_machine` of AArch64 objects.
+pub const EM_AARCH64: u16 = 183;
+/// `e_type` of shared objects (and position-independent executables).
+pub const ET_DYN: u16 = 3;
+/// `e_type` of fixed-address executables.
+pub const ET_EXEC: u16 = 2;
+
+/// The most program headers read from one file.
+pub const MAX_PROGRAM_HEADERS: u16 = 4096;
+/// The longest soname read, terminating NUL included.
+pub const MAX_STRING_LEN: usize = 4096;
+/// The largest `PT_DYNAMIC` segment read, in bytes (4096 64-bit entries).
+pub const MAX_DYNAMIC_SIZE: u64 = 64 * 1024;
+
+const PT_LOAD: u32 = 1;
+const PT_DYNAMIC: u32 = 2;
+const DT_NULL: i64 = 0;
+const DT_STRTAB: i64 = 5;
+const DT_STRSZ: i64 = 10;
+const DT_SONAME: i64 = 14;
+
+/// Whether an ELF file uses the 32- or 64-bit layout (`EI_CLASS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ElfClass {
+    /// `ELFCLASS32`.
+    Elf32,
+    /// `ELFCLASS64`.
+    Elf64,
+}
+
+/// What [`read_elf_info`] learns about an ELF file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElfInfo {
+    /// The 32- or 64-bit layout.
+    pub class: ElfClass,
+    /// `e_machine`, such as [`EM_X86_64`].
+    pub machine: u16,
+    /// `e_type`, such as [`ET_DYN`].
+    pub elf_type: u16,
+    /// `DT_SONAME`; `None` when the file has no dynamic segment or no such entry.
+    pub soname: Option<String>,
+}
+
+/// Why an ELF file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ElfError {
+    /// The file does not start with the ELF magic bytes.
+    #[error("not an ELF file")]
+    NotElf,
+    /// `EI_CLASS` is neither 32- nor 64-bit.
+    #[error("unsupported ELF class {0}")]
+    UnsupportedClass(u8),
+    /// The file is big-endian; only little-endian objects are read.
+    #[error("big-endian ELF files are not supported")]
+    BigEndian,
+    /// `EI_DATA` is neither little- nor big-endian.
+    #[error("unsupported ELF data encoding {0}")]
+    UnsupportedEncoding(u8),
+    /// The file ends before a structure it refers to.
+    #[error("truncated ELF file: {what} runs past the end of the file")]
+    Truncated {
+        /// The structure that is cut off.
+        what: &'static str,
+    },
+    /// `e_phentsize` is smaller than a program header of the file's class.
+    #[error("program header size {0} is too small")]
+    BadProgramHeaderSize(u16),
+    /// More program headers than [`MAX_PROGRAM_HEADERS`].
+    #[error("too many program headers ({0})")]
+    TooManyProgramHeaders(u16),
+    /// A `PT_DYNAMIC` segment larger than [`MAX_DYNAMIC_SIZE`].
+    #[error("dynamic segment of {0} bytes is too large")]
+    DynamicTooLarge(u64),
+    /// An offset or address computation overflows.
+    #[error("{what} is out of range")]
+    OutOfRange {
+        /// The value that does not fit.
+        what: &'static str,
+    },
+    /// The dynamic segment has `DT_SONAME` but no `DT_STRTAB`.
+    #[error("dynamic segment has DT_SONAME but no DT_STRTAB")]
+    MissingStrtab,
+    /// `DT_STRTAB` lies in no `PT_LOAD` segment.
+    #[error("DT_STRTAB address {0:#x} is not in any loadable segment")]
+    StrtabNotMapped(u64),
+    /// The soname has no NUL terminator within [`MAX_STRING_LEN`] bytes.
+    #[error("soname is longer than {MAX_STRING_LEN} bytes")]
+    StringTooLong,
+    /// The soname is not UTF-8.
+    #[error("soname is not valid UTF-8")]
+    NonUtf8Soname,
+    /// Reading from the underlying reader failed.
+    #[error("failed to read ELF data")]
+    Read {
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// Opening a file failed.
+    #[error("failed to open {path}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// A file could be opened but not read as ELF.
+    #[error("failed to read ELF file {path}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: Box<ElfError>,
+    },
+}
+
+/// Reads `e_ident`, the ELF header, the program headers and the dynamic segment of an
+/// ELF object and returns its class, machine, type and soname.
+///
+/// Only little-endian files are accepted. The soname's `DT_STRTAB` address is mapped to a
+/// file offset through the `PT_LOAD` segments.
+pub fn read_elf_info<R: Read + Seek>(r: &mut R) -> Result<ElfInfo, ElfError> {
+    let mut ident = [0u8; 16];
+    let got = read_up_to(r, 0, &mut ident)?;
+    if got < 4 || ident[..4] != *b"\x7fELF" {
+        return Err(ElfError::NotElf);
+    }
+    if got < ident.len() {
+        return Err(ElfError::Truncated { what: "e_ident" });
+    }
+    let class = match ident[4] {
+        1 => ElfClass::Elf32,
+        2 => ElfClass::Elf64,
+        other => return Err(ElfError::UnsupportedClass(other)),
+    };
+    match ident[5] {
+        1 => {}
+        2 => return Err(ElfError::BigEndian),
+        other => return Err(ElfError::UnsupportedEncoding(other)),
+    }
+    let layout = Layout::of(class);
+
+    let mut header = [0u8; 64];
+    let header = &mut header[..layout.ehdr_size];
+    read_exact_at(r, 0, header, "ELF header")?;
+    let elf_type = le_u16(header, 16);
+    let machine = le_u16(header, 18);
+    let (phoff, phentsize, phnum) = match class {
+        ElfClass::Elf32 => (
+            u64::from(le_u32(header, 28)),
+            le_u16(header, 42),
+            le_u16(header, 44),
+        ),
+        ElfClass::Elf64 => (le_u64(header, 32), le_u16(header, 54), le_u16(header, 56)),
+    };
+
+    let mut info = ElfInfo {
+        class,
+        machine,
+        elf_type,
+        soname: None,
+    };
+    if phnum == 0 {
+        return Ok(info);
+    }
+    if phnum > MAX_PROGRAM_HEADERS {
+        return Err(ElfError::TooManyProgramHeaders(phnum));
+    }
+    if usize::from(phentsize) < layout.phdr_size {
+        return Err(ElfError::BadProgramHeaderSize(phentsize));
+    }
+    let mut segments = Vec::with_capacity(usize::from(phnum));
+    let mut buf = [0u8; 56];
+    let buf = &mut buf[..layout.phdr_size];
+    for i in 0..u64::from(phnum) {
+        let offset = i
+            .checked_mul(u64::from(phentsize))
+            .and_then(|o| o.checked_add(phoff))
+            .ok_or(ElfError::OutOfRange {
+                what: "program header offset",
+            })?;
+        read_exact_at(r, offset, buf, "program headers")?;
+        segments.push(layout.segment(buf));
+    }
+
+    let Some(dynamic) = segments.iter().find(|s| s.kind == PT_DYNAMIC) else {
+        return Ok(info);
+    };
+    if dynamic.filesz > MAX_DYNAMIC_SIZE {
+        return Err(ElfError::DynamicTooLarge(dynamic.filesz));
+    }
+    // Bounded by MAX_DYNAMIC_SIZE just above.
+    let mut table = vec![0u8; dynamic.filesz as usize];
+    read_exact_at(r, dynamic.offset, &mut table, "dynamic segment")?;
+
+    let (mut strtab, mut strsz, mut soname) = (None, None, None);
+    for entry in table.chunks_exact(layout.dyn_size) {
+        let (tag, val) = layout.dyn_entry(entry);
+        match tag {
+            DT_NULL => break,
+            DT_STRTAB => strtab = strtab.or(Some(val)),
+            DT_STRSZ => strsz = strsz.or(Some(val)),
+            DT_SONAME => soname = soname.or(Some(val)),
+            _ => {}
+        }
+    }
+    let Some(soname) = soname else {
+        return Ok(info);
+    };
+    let strtab = strtab.ok_or(ElfError::MissingStrtab)?;
+    if strsz.is_some_and(|size| soname >= size) {
+        return Err(ElfError::OutOfRange {
+            what: "DT_SONAME offset",
+        });
+    }
+    let load = segments
+        .iter()
+        .find(|s| s.kind == PT_LOAD && strtab >= s.vaddr && strtab - s.vaddr < s.filesz)
+        .ok_or(ElfError::StrtabNotMapped(strtab))?;
+    let strtab_offset =
+        load.offset
+            .checked_add(strtab - load.vaddr)
+            .ok_or(ElfError::OutOfRange {
+                what: "DT_STRTAB offset",
+            })?;
+    let offset = strtab_offset
+        .checked_add(soname)
+        .ok_or(ElfError::OutOfRange {
+            what: "DT_SONAME offset",
+        })?;
+    info.soname = Some(read_string_at(r, offset)?);
+    Ok(info)
+}
+
+/// Opens `path` and reads it with [`read_elf_info`]; every error names the file.
+pub fn read_elf_info_path(path: &Path) -> Result<ElfInfo, ElfError> {
+    let file = File::open(path).map_err(|source| ElfError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut reader = io::BufReader::new(file);
+    read_elf_info(&mut reader).map_err(|source| ElfError::File {
+        path: path.to_path_buf(),
+        source: Box::new(source),
+    })
+}
+
+/// Where the fields of the class-dependent structures are.
+struct Layout {
+    class: ElfClass,
+    ehdr_size: usize,
+    phdr_size: usize,
+    dyn_size: usize,
+}
+
+/// The fields of one program header that the reader uses.
+struct Segment {
+    kind: u32,
+    offset: u64,
+    vaddr: u64,
+    filesz: u64,
+}
+
+impl Layout {
+    fn of(class: ElfClass) -> Layout {
+        match class {
+            ElfClass::Elf32 => Layout {
+                class,
+                ehdr_size: 52,
+                phdr_size: 32,
+                dyn_size: 8,
+            },
+            ElfClass::Elf64 => Layout {
+                class,
+                ehdr_size: 64,
+                phdr_size: 56,
+                dyn_size: 16,
+            },
+        }
+    }
+
+    /// `buf` holds exactly `phdr_size` bytes.
+    fn segment(&self, buf: &[u8]) -> Segment {
+        match self.class {
+            ElfClass::Elf32 => Segment {
+                kind: le_u32(buf, 0),
+                offset: u64::from(le_u32(buf, 4)),
+                vaddr: u64::from(le_u32(buf, 8)),
+                filesz: u64::from(le_u32(buf, 16)),
+            },
+            ElfClass::Elf64 => Segment {
+                kind: le_u32(buf, 0),
+                offset: le_u64(buf, 8),
+                vaddr: le_u64(buf, 16),
+                filesz: le_u64(buf, 32),
+            },
+        }
+    }
+
+    /// `buf` holds exactly `dyn_size` bytes.
+    fn dyn_entry(&self, buf: &[u8]) -> (i64, u64) {
+        match self.class {
+            ElfClass::Elf32 => (i64::from(le_u32(buf, 0) as i32), u64::from(le_u32(buf, 4))),
+            ElfClass::Elf64 => (le_u64(buf, 0) as i64, le_u64(buf, 8)),
+        }
+    }
+}
+
+/// Reads a NUL-terminated string of at most [`MAX_STRING_LEN`] bytes at `offset`.
+fn read_string_at<R: Read + Seek>(r: &mut R, offset: u64) -> Result<String, ElfError> {
+    let mut buf = vec![0u8; MAX_STRING_LEN];
+    let got = read_up_to(r, offset, &mut buf)?;
+    let Some(len) = buf[..got].iter().position(|&b| b == 0) else {
+        return Err(if got < buf.len() {
+            ElfError::Truncated { what: "soname" }
+        } else {
+            ElfError::StringTooLong
+        });
+    };
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| ElfError::NonUtf8Soname)
+}
+
+/// Fills `buf` from `offset`, stopping early only at the end of the data; returns how many
+/// bytes were read.
+fn read_up_to<R: Read + Seek>(r: &mut R, offset: u64, buf: &mut [u8]) -> Result<usize, ElfError> {
+    r.seek(SeekFrom::Start(offset))
+        .map_err(|source| ElfError::Read { source })?;
+    let mut filled = 0;
+    while filled < buf.len() {
+        match r.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(source) => return Err(ElfError::Read { source }),
+        }
+    }
+    Ok(filled)
+}
+
+fn read_exact_at<R: Read + Seek>(
+    r: &mut R,
+    offset: u64,
+    buf: &mut [u8],
+    what: &'static str,
+) -> Result<(), ElfError> {
+    if read_up_to(r, offset, buf)? < buf.len() {
+        return Err(ElfError::Truncated { what });
+    }
+    Ok(())
+}
+
+// The callers pass slices whose length they checked, so the indexing cannot fail; `get`
+// keeps that true even if a caller is wrong, by reading zeros instead of panicking.
+fn le_bytes<const N: usize>(buf: &[u8], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    if let Some(src) = at.checked_add(N).and_then(|end| buf.get(at..end)) {
+        out.copy_from_slice(src);
+    }
+    out
+}
+
+fn le_u16(buf: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(le_bytes(buf, at))
+}
+
+fn le_u32(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(le_bytes(buf, at))
+}
+
+fn le_u64(buf: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(le_bytes(buf, at))
+}
+
+/// Helpers shared by the tests of this module and of `ldcache`: real objects built by gcc.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    const SOURCE: &str = "int nvc_test_symbol(void) { return 42; }\n";
+
+    /// Runs gcc with `args` in `dir` (where `x.c` is written first); panics with a clear
+    /// message when gcc is missing or fails, so a missing tool never passes silently.
+    pub(crate) fn gcc(dir: &Path, args: &[&str]) -> Result<(), String> {
+        let source = dir.join("x.c");
+        if !source.exists() {
+            std::fs::write(&source, SOURCE).expect("write x.c");
+        }
+        let output = match Command::new("gcc")
+            .current_dir(dir)
+            .args(args)
+            .arg("x.c")
+            .output()
+        {
+            Ok(output) => output,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                panic!("gcc is missing: these tests build real shared objects with gcc ({e})")
+            }
+            Err(e) => panic!("cannot run gcc: {e}"),
+        };
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "gcc {args:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    }
+
+    /// Builds a 64-bit shared object `dir/file` with the given soname (none when `None`).
+    pub(crate) fn shared_object(dir: &Path, file: &str, soname: Option<&str>) -> PathBuf {
+        let soname_flag = soname.map(|s| format!("-Wl,-soname,{s}"));
+        let mut args = vec!["-shared", "-fPIC", "-o", file];
+        if let Some(flag) = &soname_flag {
+            args.push(flag);
+        }
+        gcc(dir, &args).unwrap_or_else(|e| panic!("{e}"));
+        dir.join(file)
+    }
+
+    /// Builds a 32-bit i386 shared object, or says why this machine cannot. It is linked
+    /// without the C library (no 32-bit libc is needed), but against `stub_libc` when given
+    /// so that it has a `DT_NEEDED` on `libc.so.6` like a real library.
+    pub(crate) fn shared_object_32(
+        dir: &Path,
+        file: &str,
+        soname: &str,
+        stub_libc: Option<&Path>,
+    ) -> Result<PathBuf, String> {
+        let soname_flag = format!("-Wl,-soname,{soname}");
+        let mut args = vec![
+            "-m32",
+            "-nostdlib",
+            "-shared",
+            "-fPIC",
+            "-Wl,--no-as-needed",
+            "-o",
+            file,
+            &soname_flag,
+        ];
+        let stub = stub_libc.map(|p| p.to_string_lossy().into_owned());
+        if let Some(stub) = &stub {
+            args.push(stub);
+        }
+        gcc(dir, &args)?;
+        Ok(dir.join(file))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{gcc, shared_object, shared_object_32};
+    use super::*;
+    use std::io::Cursor;
+
+    fn info_of(path: &Path) -> ElfInfo {
+        read_elf_info_path(path).unwrap_or_else(|e| panic!("{path:?}: {e:?}"))
+    }
+
+    fn info_of_bytes(bytes: &[u8]) -> Result<ElfInfo, ElfError> {
+        read_elf_info(&mut Cursor::new(bytes))
+    }
+
+    #[test]
+    fn shared_object_64_has_class_machine_type_and_soname() {
+        let dir = tempfile::tempdir().unwrap();
+        let so = shared_object(dir.path(), "libfoo.so.1.2.3", Some("libfoo.so.1"));
+        let info = info_of(&so);
+        assert_eq!(
+            info,
+            ElfInfo {
+                class: ElfClass::Elf64,
+                machine: EM_X86_64,
+                elf_type: ET_DYN,
+                soname: Some("libfoo.so.1".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn shared_object_32_has_class_machine_type_and_soname() {
+        let dir = tempfile::tempdir().unwrap();
+        let so = match shared_object_32(dir.path(), "libfoo32.so.1", "libfoo.so.1", None) {
+            Ok(so) => so,
+            Err(why) => {
+                eprintln!("SKIPPED shared_object_32: gcc -m32 does not work here: {why}");
+                return;
+            }
+        };
+        let info = info_of(&so);
+        assert_eq!(
+            info,
+            ElfInfo {
+                class: ElfClass::Elf32,
+                machine: EM_386,
+                elf_type: ET_DYN,
+                soname: Some("libfoo.so.1".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn shared_object_without_soname() {
+        let dir = tempfile::tempdir().unwrap();
+        let so = shared_object(dir.path(), "libnosoname.so", None);
+        let info = info_of(&so);
+        assert_eq!(info.elf_type, ET_DYN);
+        assert_eq!(info.soname, None);
+    }
+
+    #[test]
+    fn executables_have_no_soname() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("x.c"), "int main(void) { return 0; }\n").unwrap();
+        gcc(dir.path(), &["-no-pie", "-o", "exe"]).unwrap();
+        let info = info_of(&dir.path().join("exe"));
+        assert_eq!(info.class, ElfClass::Elf64);
+        assert_eq!(info.machine, EM_X86_64);
+        assert_eq!(info.elf_type, ET_EXEC);
+        assert_eq!(info.soname, None);
+
+        // A position-independent executable is ET_DYN, still without a soname.
+        gcc(dir.path(), &["-pie", "-fPIE", "-o", "pie"]).unwrap();
+        let info = info_of(&dir.path().join("pie"));
+        assert_eq!(info.elf_type, ET_DYN);
+        assert_eq!(info.soname, None);
+    }
+
+    #[test]
+    fn non_elf_and_empty_files_are_not_elf() {
+        for data in [
+            &b""[..],
+            b"\x7fEL",
+            b"GROUP ( /lib/libc.so.6 )\n",
+            &[0u8; 100],
+        ] {
+            assert!(
+                matches!(info_of_bytes(data), Err(ElfError::NotElf)),
+                "{data:?}"
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("libc.so");
+        std::fs::write(&script, "/* GNU ld script */\nGROUP ( libc.so.6 )\n").unwrap();
+        let err = read_elf_info_path(&script).unwrap_err();
+        assert!(
+            matches!(&err, ElfError::File { path, source } if path == &script && matches!(**source, ElfError::NotElf)),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("failed to read ELF file {}", script.display())
+        );
+    }
+
+    #[test]
+    fn missing_file_error_names_the_path() {
+        let err = read_elf_info_path(Path::new("/nonexistent/libx.so")).unwrap_err();
+        assert!(
+            matches!(&err, ElfError::Open { path, .. } if path == Path::new("/nonexistent/libx.so"))
+        );
+        assert_eq!(err.to_string(), "failed to open /nonexistent/libx.so");
+    }
+
+    #[test]
+    fn truncated_files_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let so = shared_object(dir.path(), "libfoo.so.1", Some("libfoo.so.1"));
+        let bytes = std::fs::read(so).unwrap();
+        for len in [5, 16, 30, 63, 200] {
+            let err = info_of_bytes(&bytes[..len]).unwrap_err();
+            assert!(matches!(err, ElfError::Truncated { .. }), "{len}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn big_endian_and_bad_class_are_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let so = shared_object(dir.path(), "libfoo.so.1", Some("libfoo.so.1"));
+        let mut bytes = std::fs::read(so).unwrap();
+        bytes[5] = 2;
+        assert!(matches!(info_of_bytes(&bytes), Err(ElfError::BigEndian)));
+        bytes[5] = 7;
+        assert!(matches!(
+            info_of_bytes(&bytes),
+            Err(ElfError::UnsupportedEncoding(7))
+        ));
+        bytes[5] = 1;
+        bytes[4] = 3;
+        assert!(matches!(
+            info_of_bytes(&bytes),
+            Err(ElfError::UnsupportedClass(3))
+        ));
+    }
+
+    #[test]
+    fn hostile_headers_give_errors_not_panics_or_huge_allocations() {
+        let dir = tempfile::tempdir().unwrap();
+        let so = shared_object(dir.path(), "libfoo.so.1", Some("libfoo.so.1"));
+        let good = std::fs::read(so).unwrap();
+
+        // e_phnum beyond the cap.
+        let mut bytes = good.clone();
+        bytes[56..58].copy_from_slice(&0xffffu16.to_le_bytes());
+        assert!(matches!(
+            info_of_bytes(&bytes),
+            Err(ElfError::TooManyProgramHeaders(0xffff))
+        ));
+        // e_phentsize too small.
+        let mut bytes = good.clone();
+        bytes[54..56].copy_from_slice(&8u16.to_le_bytes());
+        assert!(matches!(
+            info_of_bytes(&bytes),
+            Err(ElfError::BadProgramHeaderSize(8))
+        ));
+        // e_phoff near u64::MAX: the offset computation overflows.
+        let mut bytes = good.clone();
+        bytes[32..40].copy_from_slice(&(u64::MAX - 10).to_le_bytes());
+        assert!(info_of_bytes(&bytes).is_err());
+
+        // Every truncation and many random corruptions: errors or answers, never a panic.
+        for len in 0..good.len().min(20_000) {
+            let _ = info_of_bytes(&good[..len]);
+        }
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for _ in 0..3000 {
+            let mut bytes = good.clone();
+            for _ in 0..1 + next() % 8 {
+                // Mostly the headers, where the offsets are.
+                let limit = if next() % 4 == 0 { bytes.len() } else { 1024 };
+                let at = (next() as usize) % limit.min(bytes.len());
+                bytes[at] = next() as u8;
+            }
+            let _ = info_of_bytes(&bytes);
+        }
+    }
+}

@@ -13,3 +13,6 @@ pub mod ldcache;
 pub mod request;
 pub mod require;
 pub mod version;
+pub mod discover;
+pub mod edits;
+pub mod logging;

@@ -1,1 +1,101 @@
-//! unsafe lives here
+//! The one crate of nvc that uses `unsafe`: loading the host driver's libraries to ask
+//! them what they are. Every `unsafe` block carries a `// SAFETY:` line.
+
+use std::path::{Path, PathBuf};
+
+/// Why a driver library could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SysError {
+    /// The library could not be loaded.
+    #[error("cannot load {path}")]
+    Load {
+        /// The library.
+        path: PathBuf,
+        /// The loader's reason.
+        #[source]
+        source: libloading::Error,
+    },
+    /// The library lacks a symbol it should have.
+    #[error("{path} has no symbol {symbol}")]
+    Symbol {
+        /// The library.
+        path: PathBuf,
+        /// The missing symbol.
+        symbol: &'static str,
+        /// The loader's reason.
+        #[source]
+        source: libloading::Error,
+    },
+    /// The call returned an error code.
+    #[error("{symbol} in {path} failed with CUDA error {code}")]
+    Call {
+        /// The library.
+        path: PathBuf,
+        /// The function called.
+        symbol: &'static str,
+        /// The CUresult.
+        code: i32,
+    },
+}
+
+/// The CUDA driver API version of the `libcuda` at `path`, as `cuDriverGetVersion`
+/// reports it (`13000` for CUDA 13.0). `cuDriverGetVersion` needs no `cuInit` and no
+/// GPU, so this does not touch the devices.
+pub fn cuda_driver_version(path: &Path) -> Result<i32, SysError> {
+    const SYMBOL: &str = "cuDriverGetVersion";
+    // SAFETY: the library is the host driver's libcuda, found by discovery under the
+    // configured (trusted, host-owned) driver root; loading it runs its initialisers,
+    // which is what every CUDA program on the host does.
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|source| SysError::Load {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    // SAFETY: cuDriverGetVersion has had the C signature `CUresult (int *)` since CUDA 2.2.
+    let get: libloading::Symbol<unsafe extern "C" fn(*mut i32) -> i32> =
+        unsafe { lib.get(b"cuDriverGetVersion\0") }.map_err(|source| SysError::Symbol {
+            path: path.to_path_buf(),
+            symbol: SYMBOL,
+            source,
+        })?;
+    let mut version: i32 = 0;
+    // SAFETY: `version` is a valid, writable int for the duration of the call.
+    let code = unsafe { get(&mut version) };
+    if code != 0 {
+        return Err(SysError::Call {
+            path: path.to_path_buf(),
+            symbol: SYMBOL,
+            code,
+        });
+    }
+    Ok(version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_what_libcuda_says() {
+        let dir = tempfile_dir();
+        let src = dir.join("cuda.c");
+        std::fs::write(&src, "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }\n").unwrap();
+        let lib = dir.join("libcuda.so.1");
+        let ok = std::process::Command::new("gcc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .status()
+            .expect("this test needs gcc on PATH");
+        assert!(ok.success());
+        assert_eq!(cuda_driver_version(&lib).unwrap(), 12040);
+        let missing = cuda_driver_version(&dir.join("absent.so")).unwrap_err();
+        assert!(missing.to_string().contains("absent.so"), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("nvc-sys-test-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}

@@ -1,1 +1,50 @@
-//! Fake NVIDIA driver trees for tests.
+//! Fake NVIDIA driver trees for tests: every test can run without a GPU against a realistic
+//! driver installation.
+//!
+//! [`FakeDriverSpec::build`] writes, into a directory the caller owns, a root file system with
+//! the driver installed the way the H100 580.159.04 sample host has it (`/usr/local/nvidia`
+//! with links from `/usr/lib/x86_64-linux-gnu`): real ELF libraries with the real sonames, real
+//! programs (a small `nvidia-smi`), a real `ld.so.cache`, real character device nodes, and the
+//! driver's `/proc` files. The version is fake (`999.88.77`) so a leak from a real host shows.
+
+mod catalog;
+mod compile;
+mod devices;
+mod error;
+mod proc_tree;
+mod spec;
+mod tree;
+
+pub use catalog::{DriverLibrary, DRIVER_BINARIES, DRIVER_LIBRARIES};
+pub use devices::{
+    mig_cap_minor, FakeDeviceNode, FakeMigCap, FABRIC_IMEX_MGMT_MINOR, NVIDIACTL_MINOR,
+    NVIDIA_CAPS_IMEX_MAJOR, NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_MODESET_MINOR,
+    NVIDIA_UVM_MAJOR,
+};
+pub use error::FakeError;
+pub use proc_tree::proc_version;
+pub use spec::{FakeDriverSpec, FakeGpu, FAKE_GPU_MODEL, MAX_GPU_MINOR};
+pub use tree::{FakeDriver, LIB32_DIR, MULTIARCH_LIB_DIR, NVIDIA_PREFIX};
+
+/// Whether this process runs with effective uid 0 (read from `/proc/self/status`).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let uids = status.lines().find(|l| l.starts_with("Uid:"))?.to_string();
+            // Uid: real effective saved fs
+            uids.split_whitespace().nth(2).map(|euid| euid == "0")
+        })
+        .unwrap_or(false)
+}
+
+/// Fails the calling test loudly unless it runs as root: a test that needs a fake tree with
+/// device nodes and an ld.so.cache must not quietly pass without one.
+#[track_caller]
+pub fn require_root(what: &str) {
+    if !is_root() {
+        panic!(
+            "this test needs root (CAP_MKNOD/chroot for ldconfig): {what}; run the test suite as root"
+        );
+    }
+}

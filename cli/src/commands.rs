@@ -1,0 +1,221 @@
+//! The `info` and `list` commands.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use libnvc::discover::{self, Driver, DriverRoots};
+use libnvc::edits::{self, ContainerLayout};
+use libnvc::request::{Request, RequestPolicy};
+use nvc_config::Config;
+use serde_json::json;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The configuration could not be loaded.
+    #[error(transparent)]
+    Config(#[from] nvc_config::ConfigError),
+    /// The driver could not be discovered.
+    #[error(transparent)]
+    Discover(#[from] discover::DiscoverError),
+    /// The request given on the command line is invalid.
+    #[error(transparent)]
+    Request(#[from] libnvc::request::RequestError),
+    /// The request cannot be met on this host.
+    #[error(transparent)]
+    Edits(#[from] edits::EditsError),
+    /// The configuration holds an unknown capability.
+    #[error("invalid [requests] capabilities in {path}")]
+    ConfigCapabilities {
+        /// The config file.
+        path: PathBuf,
+        /// Which name.
+        #[source]
+        source: libnvc::caps::UnknownCapability,
+    },
+}
+
+fn load() -> Result<(Config, PathBuf, Driver), CliError> {
+    let (config, path) = Config::load_from_env()?;
+    libnvc::logging::init(&config.log, "nvc");
+    let driver = discover::discover(&DriverRoots::from_config(&config.driver))?;
+    Ok((config, path, driver))
+}
+
+/// `nvc info`.
+pub fn info(as_json: bool) -> Result<(), CliError> {
+    let (_, _, driver) = load()?;
+    let cuda = driver.cuda_version().map(|v| v.to_string());
+    // NVML's columns only when it knows something: a driver whose NVML loads but
+    // answers nothing (a fake tree, a broken install) gets the plain table.
+    let details = discover::nvml::gpu_details(&driver).ok().filter(|d| {
+        d.iter()
+            .any(|g| g.compute_capability.is_some() || g.brand.is_some() || g.memory_total.is_some())
+    });
+    let detail = |uuid: &str| details.as_ref().and_then(|d| d.iter().find(|g| g.uuid == uuid));
+    if as_json {
+        let gpus: Vec<_> = driver
+            .gpus
+            .iter()
+            .map(|g| {
+                let d = detail(&g.uuid);
+                json!({
+                    "index": g.index, "uuid": g.uuid, "busId": g.bus_id, "minor": g.minor,
+                    "model": g.model, "devicePath": g.node.path,
+                    "computeCapability": d.and_then(|d| d.compute_capability.clone()),
+                    "brand": d.and_then(|d| d.brand.clone()),
+                    "memoryTotal": d.and_then(|d| d.memory_total),
+                    "mig": g.mig.iter().map(|m| json!({"index": m.index, "gi": m.gi, "ci": m.ci})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let out = json!({
+            "driverVersion": driver.version,
+            "cudaVersion": cuda.as_ref().ok(),
+            "gpus": gpus,
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(());
+    }
+    println!("Driver version:  {}", driver.version);
+    match &cuda {
+        Ok(v) => println!("CUDA version:    {v}"),
+        Err(e) => println!("CUDA version:    unknown ({})", edits::error_chain(e)),
+    }
+    println!();
+    let mut rows = vec![vec![
+        "INDEX".to_string(),
+        "UUID".into(),
+        "BUS ID".into(),
+        "MINOR".into(),
+        "MODEL".into(),
+    ]];
+    if details.is_some() {
+        rows[0].extend(["ARCH".to_string(), "BRAND".into(), "MEMORY".into()]);
+    }
+    for g in &driver.gpus {
+        let mut row = vec![
+            g.index.to_string(),
+            g.uuid.clone(),
+            g.bus_id.clone(),
+            g.minor.to_string(),
+            g.model.clone(),
+        ];
+        if details.is_some() {
+            let d = detail(&g.uuid);
+            let or_dash = |s: Option<String>| s.unwrap_or_else(|| "-".into());
+            row.push(or_dash(d.and_then(|d| d.compute_capability.clone())));
+            row.push(or_dash(d.and_then(|d| d.brand.clone())));
+            row.push(or_dash(d.and_then(|d| d.memory_total).map(|m| format!("{} MiB", m >> 20))));
+        }
+        rows.push(row);
+        for m in &g.mig {
+            rows.push(vec![format!("  {}:{}", g.index, m.index), format!("MIG gi {} ci {}", m.gi, m.ci)]);
+        }
+    }
+    print_table(&rows);
+    if driver.gpus.is_empty() {
+        println!("(no GPU listed under {})", driver.roots.nvidia_proc().join("gpus").display());
+    }
+    Ok(())
+}
+
+/// Options of `nvc list`.
+#[derive(Args)]
+pub struct ListArgs {
+    /// Devices, as NVIDIA_VISIBLE_DEVICES takes them (all, none, indices, UUIDs, bus ids).
+    #[arg(long, short = 'd', default_value = "all")]
+    devices: String,
+    /// Capabilities, as NVIDIA_DRIVER_CAPABILITIES takes them (default: the configured default).
+    #[arg(long, short = 'c')]
+    capabilities: Option<String>,
+    /// Print JSON (the container edits) instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Place libraries in /usr/lib64 (Red Hat-like images) rather than Debian's multiarch folder.
+    #[arg(long)]
+    lib64: bool,
+}
+
+/// `nvc list`.
+pub fn list(args: &ListArgs) -> Result<(), CliError> {
+    let (config, path, driver) = load()?;
+    let caps = |names: &[String]| {
+        libnvc::caps::CapabilitySet::parse_list(&names.join(",")).map_err(|source| {
+            CliError::ConfigCapabilities {
+                path: path.clone(),
+                source,
+            }
+        })
+    };
+    let policy = RequestPolicy {
+        privileged: true,
+        accept_envvar_unprivileged: true,
+        default_capabilities: caps(&config.requests.default_capabilities)?,
+        supported_capabilities: caps(&config.requests.supported_capabilities)?,
+        disable_require: true,
+    };
+    let mut env = vec![format!("NVIDIA_VISIBLE_DEVICES={}", args.devices)];
+    if let Some(c) = &args.capabilities {
+        env.push(format!("NVIDIA_DRIVER_CAPABILITIES={c}"));
+    }
+    let request = Request::from_env(env.iter().map(String::as_str), &policy)?;
+    let layout = if args.lib64 {
+        ContainerLayout::lib64()
+    } else {
+        ContainerLayout::debian()
+    };
+    let edits = edits::compute(&driver, &request, &layout)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&edits).unwrap_or_default());
+        return Ok(());
+    }
+    let mut rows = vec![vec!["KIND".to_string(), "HOST".into(), "CONTAINER".into()]];
+    for n in &edits.device_nodes {
+        let host = if n.on_host {
+            n.host_path.display().to_string()
+        } else {
+            "(not on host)".to_string()
+        };
+        rows.push(vec![
+            "device".into(),
+            host,
+            format!("{} {}:{}", n.path.display(), n.major, n.minor),
+        ]);
+    }
+    for m in &edits.mounts {
+        rows.push(vec![
+            format!("{:?}", m.kind).to_lowercase(),
+            m.host_path.display().to_string(),
+            m.container_path.display().to_string(),
+        ]);
+    }
+    for s in &edits.symlinks {
+        rows.push(vec!["symlink".into(), String::new(), format!("{} -> {}", s.link.display(), s.target)]);
+    }
+    print_table(&rows);
+    Ok(())
+}
+
+/// Prints aligned columns; a closed stdout (`nvc list | head`) is not an error.
+fn print_table(rows: &[Vec<String>]) {
+    use std::io::Write;
+    let mut text = String::new();
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        text.push_str(line.trim_end());
+        text.push('\n');
+    }
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}

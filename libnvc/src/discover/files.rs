@@ -1,0 +1,236 @@
+//! Driver files under the driver root: libraries (through its ld.so.cache), binaries,
+//! firmware, loader configuration and IPC endpoints.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use log::{debug, warn};
+
+use super::rootfs::resolve_in_root;
+use super::{tables, DiscoverError, HostFile, LibClass, Library};
+use crate::caps::Capability;
+use crate::elf::{self, ElfClass};
+use crate::ldcache::{self, Cache, CacheArch};
+
+/// The driver root's ld.so.cache; `None` when it has none.
+pub fn read_ldcache(root: &Path) -> Result<Option<Cache>, DiscoverError> {
+    match resolve_in_root(root, Path::new("/etc/ld.so.cache")) {
+        Ok(path) => ldcache::read(&path).map(Some).map_err(DiscoverError::LdCache),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            warn!("{} has no /etc/ld.so.cache: no driver library can be found", root.display());
+            Ok(None)
+        }
+        Err(e) => Err(DiscoverError::io("resolve", &root.join("etc/ld.so.cache"), e)),
+    }
+}
+
+/// The driver version out of the version suffix of libcuda or libnvidia-ml, for hosts
+/// whose kernel module is not loaded (or a proc root without it).
+pub fn version_from_libraries(root: &Path, cache: Option<&Cache>) -> Option<String> {
+    let cache = cache?;
+    ["libnvidia-ml.so.1", "libcuda.so.1"].iter().find_map(|name| {
+        let entry = cache.lookup(name, CacheArch::X86_64)?;
+        let real = resolve_in_root(root, Path::new(&entry.path)).ok()?;
+        let file = real.file_name()?.to_str()?;
+        let suffix = file.split_once(".so.")?.1;
+        suffix.parse::<crate::version::Version>().ok()?;
+        Some(suffix.to_string())
+    })
+}
+
+/// The capabilities a library stem belongs to.
+fn library_capabilities(stem: &str) -> Vec<Capability> {
+    tables::LIBRARIES
+        .iter()
+        .filter(|(_, stems)| stems.contains(&stem))
+        .map(|(cap, _)| *cap)
+        .collect()
+}
+
+/// Every driver library in the cache whose real file carries the driver version and is
+/// an ELF shared object of the right class.
+pub fn libraries(root: &Path, cache: Option<&Cache>, version: &str) -> Vec<Library> {
+    let Some(cache) = cache else {
+        return Vec::new();
+    };
+    let suffix = format!(".so.{version}");
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for entry in &cache.entries {
+        let class = match entry.arch() {
+            Some(CacheArch::X86_64) => LibClass::Lib64,
+            Some(CacheArch::I386) => LibClass::Lib32,
+            _ => continue,
+        };
+        let Some((stem, _)) = entry.name.split_once(".so") else {
+            continue;
+        };
+        let capabilities = library_capabilities(stem);
+        if capabilities.is_empty() {
+            continue;
+        }
+        let host_path = match resolve_in_root(root, Path::new(&entry.path)) {
+            Ok(p) => p,
+            Err(e) => {
+                debug!("skipping {} => {}: {e}", entry.name, entry.path);
+                continue;
+            }
+        };
+        if !seen.insert(host_path.clone()) {
+            continue;
+        }
+        let Some(file_name) = host_path.file_name().and_then(|f| f.to_str()).map(str::to_string)
+        else {
+            continue;
+        };
+        if !file_name.ends_with(&suffix) {
+            debug!("skipping {}: not of driver version {version}", host_path.display());
+            continue;
+        }
+        let info = match elf::read_elf_info_path(&host_path) {
+            Ok(info) => info,
+            Err(e) => {
+                warn!("skipping {}: {e}", host_path.display());
+                continue;
+            }
+        };
+        let (want_class, want_machine) = match class {
+            LibClass::Lib64 => (ElfClass::Elf64, elf::EM_X86_64),
+            LibClass::Lib32 => (ElfClass::Elf32, elf::EM_386),
+        };
+        if info.class != want_class || info.machine != want_machine || info.elf_type != elf::ET_DYN {
+            warn!("skipping {}: not a {class:?} shared object", host_path.display());
+            continue;
+        }
+        out.push(Library {
+            capabilities,
+            class,
+            stem: stem.to_string(),
+            soname: info.soname.unwrap_or_else(|| entry.name.clone()),
+            host_path,
+            file_name,
+        });
+    }
+    out.sort_by(|a, b| (a.class, &a.stem).cmp(&(b.class, &b.stem)));
+    out
+}
+
+/// Resolves `inner` in `root` and keeps it when it is a regular file.
+fn regular_file(root: &Path, inner: &Path) -> Option<PathBuf> {
+    let host = resolve_in_root(root, inner).ok()?;
+    let meta = std::fs::metadata(&host).ok()?;
+    meta.file_type().is_file().then_some(host)
+}
+
+/// The driver's binaries, first found along [`tables::BINARY_DIRS`].
+pub fn binaries(root: &Path) -> Vec<HostFile> {
+    let mut out = Vec::new();
+    for (cap, names) in tables::BINARIES {
+        for name in *names {
+            let found = tables::BINARY_DIRS.iter().find_map(|dir| {
+                let host = regular_file(root, &Path::new(dir).join(name))?;
+                let mode = std::fs::metadata(&host).ok()?.permissions().mode();
+                (mode & 0o111 != 0).then_some(host)
+            });
+            if let Some(host_path) = found {
+                out.push(HostFile {
+                    capabilities: vec![*cap],
+                    host_path,
+                    container_path: Path::new("/usr/bin").join(name),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The GSP firmware of this driver version.
+pub fn firmware(root: &Path, version: &str) -> Vec<HostFile> {
+    let mut names = BTreeSet::new();
+    let mut out = Vec::new();
+    for dir in tables::FIRMWARE_DIRS {
+        let inner = Path::new(dir).join("nvidia").join(version);
+        let Ok(host_dir) = resolve_in_root(root, &inner) else {
+            continue;
+        };
+        let Ok(entries) = std::fs::read_dir(&host_dir) else {
+            continue;
+        };
+        let mut found: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| n.starts_with("gsp") && n.ends_with(".bin"))
+            .collect();
+        found.sort();
+        for name in found {
+            let Some(host_path) = regular_file(root, &inner.join(&name)) else {
+                continue;
+            };
+            if names.insert(name.clone()) {
+                out.push(HostFile {
+                    capabilities: Vec::new(),
+                    host_path,
+                    container_path: Path::new(tables::FIRMWARE_CONTAINER_DIR)
+                        .join(version)
+                        .join(&name),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Loader configuration files and the other per-capability driver files.
+pub fn config_files(root: &Path, version: &str) -> Vec<HostFile> {
+    let mut out = Vec::new();
+    for (cap, name, dirs, container_dir) in tables::CONFIG_FILES {
+        if let Some(host_path) = dirs
+            .iter()
+            .find_map(|d| regular_file(root, &Path::new(d).join(name)))
+        {
+            out.push(HostFile {
+                capabilities: vec![*cap],
+                host_path,
+                container_path: Path::new(container_dir).join(name),
+            });
+        }
+    }
+    for (cap, path) in tables::OTHER_FILES {
+        let inner = PathBuf::from(path.replace("{version}", version));
+        if let Some(host_path) = regular_file(root, &inner) {
+            out.push(HostFile {
+                capabilities: vec![*cap],
+                host_path,
+                container_path: inner,
+            });
+        }
+    }
+    out
+}
+
+/// IPC sockets and the MPS pipe directory that exist on the host.
+pub fn ipc(root: &Path) -> Vec<HostFile> {
+    let mut out = Vec::new();
+    for (caps, inner, container, is_dir) in tables::IPC {
+        let Ok(host_path) = resolve_in_root(root, Path::new(inner)) else {
+            continue;
+        };
+        let Ok(meta) = std::fs::metadata(&host_path) else {
+            continue;
+        };
+        let ok = if *is_dir {
+            meta.is_dir()
+        } else {
+            meta.file_type().is_socket()
+        };
+        if ok {
+            out.push(HostFile {
+                capabilities: caps.to_vec(),
+                host_path,
+                container_path: PathBuf::from(container),
+            });
+        }
+    }
+    out
+}

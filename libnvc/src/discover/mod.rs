@@ -1,0 +1,301 @@
+//! Discovery: what the host's driver provides, read once into one [`Driver`] value.
+//!
+//! Everything is read under the configured roots ([`DriverRoots`]): libraries through
+//! `<root>/etc/ld.so.cache`, binaries, firmware and json files under `<root>`, device
+//! nodes under `<dev-root>/dev`, the GPU inventory under `<proc-root>/driver/nvidia`.
+//! Nothing is read from the real host when the roots point elsewhere. NVML is not used
+//! here; [`nvml`] adds what only NVML knows, on demand.
+
+mod files;
+mod nodes;
+pub mod nvml;
+pub mod proc;
+pub mod rootfs;
+pub mod tables;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::caps::Capability;
+use crate::version::Version;
+
+pub use nodes::DeviceNode;
+
+/// The roots discovery reads from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DriverRoots {
+    /// Where the driver's user-space files are.
+    pub root: PathBuf,
+    /// Device nodes are `<dev_root>/dev/nvidia*`.
+    pub dev_root: PathBuf,
+    /// The GPU inventory is `<proc_root>/driver/nvidia`.
+    pub proc_root: PathBuf,
+}
+
+impl DriverRoots {
+    /// The roots named by a configuration.
+    pub fn from_config(config: &nvc_config::DriverConfig) -> Self {
+        DriverRoots {
+            root: config.root.clone(),
+            dev_root: config.dev_root.clone(),
+            proc_root: config.proc_root.clone(),
+        }
+    }
+
+    /// `<proc_root>/driver/nvidia`.
+    pub fn nvidia_proc(&self) -> PathBuf {
+        self.proc_root.join("driver/nvidia")
+    }
+}
+
+/// Everything the host's driver provides.
+#[derive(Debug, Clone, Serialize)]
+pub struct Driver {
+    /// The roots this was read from.
+    pub roots: DriverRoots,
+    /// The driver version, such as `580.159.04`.
+    pub version: String,
+    /// The GPUs, in PCI bus order: `gpus[i].index == i`.
+    pub gpus: Vec<Gpu>,
+    /// Driver libraries, 64-bit first, each once.
+    pub libraries: Vec<Library>,
+    /// Driver binaries.
+    pub binaries: Vec<HostFile>,
+    /// GSP firmware files.
+    pub firmware: Vec<HostFile>,
+    /// Loader configuration (Vulkan ICD, EGL vendor, implicit layers) and other files.
+    pub files: Vec<HostFile>,
+    /// IPC sockets and pipe directories.
+    pub ipc: Vec<HostFile>,
+    /// `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`, `nvidia-modeset`.
+    pub control_nodes: Vec<DeviceNode>,
+    /// The MIG `config` capability node, when the driver has one.
+    pub mig_config: Option<DeviceNode>,
+    /// The MIG `monitor` capability node, when the driver has one.
+    pub mig_monitor: Option<DeviceNode>,
+    /// IMEX channel nodes, by channel number.
+    pub imex_channels: Vec<DeviceNode>,
+}
+
+/// One GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Gpu {
+    /// Its place in PCI bus order, as nvidia-smi numbers it.
+    pub index: u32,
+    /// `GPU-…`.
+    pub uuid: String,
+    /// `0000:06:00.0`.
+    pub bus_id: String,
+    /// The `N` of `/dev/nvidiaN`; need not equal `index`.
+    pub minor: u32,
+    /// The model name.
+    pub model: String,
+    /// `/dev/nvidia<minor>`.
+    pub node: DeviceNode,
+    /// MIG devices, when the GPU is in MIG mode.
+    pub mig: Vec<MigDevice>,
+}
+
+/// One MIG device (a compute instance inside a GPU instance).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MigDevice {
+    /// Its number within the parent GPU, in (gi, ci) order.
+    pub index: u32,
+    /// The GPU instance id.
+    pub gi: u32,
+    /// The compute instance id.
+    pub ci: u32,
+    /// The capability nodes that grant it: the gi's and the ci's `access`.
+    pub caps: Vec<DeviceNode>,
+}
+
+/// Whether a library is the 64-bit or the 32-bit build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LibClass {
+    /// The native 64-bit build.
+    Lib64,
+    /// The 32-bit build (capability `compat32`).
+    Lib32,
+}
+
+/// One driver library.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Library {
+    /// The capabilities it belongs to.
+    pub capabilities: Vec<Capability>,
+    /// 64- or 32-bit.
+    pub class: LibClass,
+    /// `libcuda`.
+    pub stem: String,
+    /// Its soname, such as `libcuda.so.1`.
+    pub soname: String,
+    /// The real file on the host (links resolved), such as
+    /// `/usr/local/nvidia/lib64/libcuda.so.580.159.04`.
+    pub host_path: PathBuf,
+    /// The real file's name, such as `libcuda.so.580.159.04`.
+    pub file_name: String,
+}
+
+/// A driver file other than a library.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostFile {
+    /// The capabilities that get it; empty means every GPU container.
+    pub capabilities: Vec<Capability>,
+    /// The file on the host.
+    pub host_path: PathBuf,
+    /// Where it goes in the container.
+    pub container_path: PathBuf,
+}
+
+impl HostFile {
+    /// Whether a container with `caps` gets this file.
+    pub fn wanted_by(&self, caps: crate::caps::CapabilitySet) -> bool {
+        self.capabilities.is_empty() || self.capabilities.iter().any(|c| caps.contains(*c))
+    }
+}
+
+/// Why discovery failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    /// No driver at the configured roots.
+    #[error("no NVIDIA driver found: {reason} (driver root {root}, proc root {proc_root}); install the driver or point [driver] in the nvc config at it")]
+    NoDriver {
+        /// What is missing.
+        reason: String,
+        /// The driver root looked at.
+        root: PathBuf,
+        /// The proc root looked at.
+        proc_root: PathBuf,
+    },
+    /// A file could not be read.
+    #[error("cannot {op} {path}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A proc file lacks what it should hold.
+    #[error("unexpected contents in {path}: {what}")]
+    BadProcFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// The driver root's ld.so.cache could not be read.
+    #[error("cannot read the driver root's library cache")]
+    LdCache(#[source] crate::ldcache::LdCacheError),
+}
+
+impl DiscoverError {
+    pub(crate) fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
+        DiscoverError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Reads everything the driver provides under `roots`.
+pub fn discover(roots: &DriverRoots) -> Result<Driver, DiscoverError> {
+    let nvidia = roots.nvidia_proc();
+    let proc_version = match std::fs::read_to_string(nvidia.join("version")) {
+        Ok(text) => proc::parse_version_file(&text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(DiscoverError::io("read", &nvidia.join("version"), e)),
+    };
+    let cache = files::read_ldcache(&roots.root)?;
+    let version = match proc_version.or_else(|| files::version_from_libraries(&roots.root, cache.as_ref())) {
+        Some(v) => v,
+        None => {
+            return Err(DiscoverError::NoDriver {
+                reason: format!(
+                    "neither {} nor libcuda/libnvidia-ml in {} exist",
+                    nvidia.join("version").display(),
+                    roots.root.join("etc/ld.so.cache").display()
+                ),
+                root: roots.root.clone(),
+                proc_root: roots.proc_root.clone(),
+            })
+        }
+    };
+    let majors = nodes::read_majors(&roots.proc_root);
+    let gpus = proc::read_gpus(&nvidia)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let node = nodes::gpu_node(&roots.dev_root, &majors, g.minor);
+            let mig = proc::read_mig_instances(&nvidia, g.minor)
+                .into_iter()
+                .enumerate()
+                .map(|(n, (gi, ci, gi_minor, ci_minor))| MigDevice {
+                    index: n as u32,
+                    gi,
+                    ci,
+                    caps: [gi_minor, ci_minor]
+                        .into_iter()
+                        .filter_map(|m| nodes::cap_node(&roots.dev_root, &majors, m))
+                        .collect(),
+                })
+                .collect();
+            Gpu {
+                index: i as u32,
+                uuid: g.uuid,
+                bus_id: g.bus_id,
+                minor: g.minor,
+                model: g.model,
+                node,
+                mig,
+            }
+        })
+        .collect();
+    let cap_node = |name: &str| {
+        proc::read_cap_minor(&nvidia.join("capabilities/mig").join(name))
+            .and_then(|minor| nodes::cap_node(&roots.dev_root, &majors, minor))
+    };
+    Ok(Driver {
+        libraries: files::libraries(&roots.root, cache.as_ref(), &version),
+        binaries: files::binaries(&roots.root),
+        firmware: files::firmware(&roots.root, &version),
+        files: files::config_files(&roots.root, &version),
+        ipc: files::ipc(&roots.root),
+        control_nodes: nodes::control_nodes(&roots.dev_root, &majors),
+        mig_config: cap_node("config"),
+        mig_monitor: cap_node("monitor"),
+        imex_channels: nodes::imex_channels(&roots.dev_root),
+        roots: roots.clone(),
+        version,
+        gpus,
+    })
+}
+
+impl Driver {
+    /// The driver version as a comparable [`Version`].
+    pub fn version(&self) -> Option<Version> {
+        self.version.parse().ok()
+    }
+
+    /// The 64-bit library with this stem (`libcuda`), if the driver has it.
+    pub fn library(&self, stem: &str) -> Option<&Library> {
+        self.libraries
+            .iter()
+            .find(|l| l.stem == stem && l.class == LibClass::Lib64)
+    }
+
+    /// The CUDA driver API version the host's libcuda reports. Loads libcuda into this
+    /// process, so it is only asked when needed (a `cuda` requirement, `nvc info`).
+    pub fn cuda_version(&self) -> Result<Version, nvc_sys::SysError> {
+        let lib = self
+            .library("libcuda")
+            .map(|l| l.host_path.clone())
+            .unwrap_or_else(|| self.roots.root.join("usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+        nvc_sys::cuda_driver_version(&lib).map(Version::from_cuda_int)
+    }
+}

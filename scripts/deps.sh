@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what building and testing nvc needs on a Debian machine, through apt-get,
+# skipping what is already there. Sourced by demo.sh and test.sh; run as root.
+set -euo pipefail
+
+need=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have gcc || need+=(gcc libc6-dev)
+have ldconfig || need+=(libc-bin)
+have mknod || need+=(coreutils)
+have readelf || need+=(binutils)
+have cargo || need+=(cargo rustc)
+for tool in "$@"; do
+    case "$tool" in
+        runc) have runc || need+=(runc) ;;
+        busybox) have busybox || need+=(busybox-static) ;;
+        *) have "$tool" || need+=("$tool") ;;
+    esac
+done
+
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "missing: ${need[*]}; run as root so apt-get can install them" >&2
+        exit 1
+    fi
+    echo "installing: ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
