@@ -9,7 +9,16 @@ have gcc || need+=(gcc libc6-dev)
 have ldconfig || need+=(libc-bin)
 have mknod || need+=(coreutils)
 have readelf || need+=(binutils)
-have cargo || need+=(cargo rustc)
+echo "int main(void){return 0;}" | gcc -m32 -x c - -o /dev/null 2>/dev/null || need+=(gcc-multilib)
+if ! have cargo; then
+    # Debian 12's own rustc (1.63) is too old; its rustc-web/cargo-web are current.
+    apt-get update -qq >/dev/null 2>&1 || true
+    if apt-cache show cargo-web >/dev/null 2>&1; then
+        need+=(cargo-web rustc-web)
+    else
+        need+=(cargo rustc)
+    fi
+fi
 for tool in "$@"; do
     case "$tool" in
         runc) have runc || need+=(runc) ;;

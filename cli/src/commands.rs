@@ -49,10 +49,15 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
     // NVML's columns only when it knows something: a driver whose NVML loads but
     // answers nothing (a fake tree, a broken install) gets the plain table.
     let details = discover::nvml::gpu_details(&driver).ok().filter(|d| {
-        d.iter()
-            .any(|g| g.compute_capability.is_some() || g.brand.is_some() || g.memory_total.is_some())
+        d.iter().any(|g| {
+            g.compute_capability.is_some() || g.brand.is_some() || g.memory_total.is_some()
+        })
     });
-    let detail = |uuid: &str| details.as_ref().and_then(|d| d.iter().find(|g| g.uuid == uuid));
+    let detail = |uuid: &str| {
+        details
+            .as_ref()
+            .and_then(|d| d.iter().find(|g| g.uuid == uuid))
+    };
     if as_json {
         let gpus: Vec<_> = driver
             .gpus
@@ -106,16 +111,25 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
             let or_dash = |s: Option<String>| s.unwrap_or_else(|| "-".into());
             row.push(or_dash(d.and_then(|d| d.compute_capability.clone())));
             row.push(or_dash(d.and_then(|d| d.brand.clone())));
-            row.push(or_dash(d.and_then(|d| d.memory_total).map(|m| format!("{} MiB", m >> 20))));
+            row.push(or_dash(
+                d.and_then(|d| d.memory_total)
+                    .map(|m| format!("{} MiB", m >> 20)),
+            ));
         }
         rows.push(row);
         for m in &g.mig {
-            rows.push(vec![format!("  {}:{}", g.index, m.index), format!("MIG gi {} ci {}", m.gi, m.ci)]);
+            rows.push(vec![
+                format!("  {}:{}", g.index, m.index),
+                format!("MIG gi {} ci {}", m.gi, m.ci),
+            ]);
         }
     }
     print_table(&rows);
     if driver.gpus.is_empty() {
-        println!("(no GPU listed under {})", driver.roots.nvidia_proc().join("gpus").display());
+        println!(
+            "(no GPU listed under {})",
+            driver.roots.nvidia_proc().join("gpus").display()
+        );
     }
     Ok(())
 }
@@ -167,7 +181,10 @@ pub fn list(args: &ListArgs) -> Result<(), CliError> {
     };
     let edits = edits::compute(&driver, &request, &layout)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&edits).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&edits).unwrap_or_default()
+        );
         return Ok(());
     }
     let mut rows = vec![vec!["KIND".to_string(), "HOST".into(), "CONTAINER".into()]];
@@ -191,7 +208,11 @@ pub fn list(args: &ListArgs) -> Result<(), CliError> {
         ]);
     }
     for s in &edits.symlinks {
-        rows.push(vec!["symlink".into(), String::new(), format!("{} -> {}", s.link.display(), s.target)]);
+        rows.push(vec![
+            "symlink".into(),
+            String::new(),
+            format!("{} -> {}", s.link.display(), s.target),
+        ]);
     }
     print_table(&rows);
     Ok(())
@@ -203,7 +224,13 @@ fn print_table(rows: &[Vec<String>]) {
     let mut text = String::new();
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
-        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     for row in rows {
         let mut line = String::new();

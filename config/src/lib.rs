@@ -179,7 +179,9 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The file is not valid TOML or does not fit the schema.
-    #[error("invalid config file {path}: {location}{message} (see `nvc config default` for every key)")]
+    #[error(
+        "invalid config file {path}: {location}{message} (see `nvc config default` for every key)"
+    )]
     Parse {
         /// The file.
         path: PathBuf,
@@ -220,7 +222,10 @@ impl Config {
     /// Parses the text of a configuration file; `path` is only used in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         toml::from_str(text).map_err(|e| {
-            let location = e.span().map(|span| locate(text, span.start)).unwrap_or_default();
+            let location = e
+                .span()
+                .map(|span| locate(text, span.start))
+                .unwrap_or_default();
             ConfigError::Parse {
                 path: path.to_path_buf(),
                 location,

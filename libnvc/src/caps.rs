@@ -117,7 +117,9 @@ impl CapabilitySet {
 
     /// The capabilities in the set, in [`Capability::ALL`] order.
     pub fn iter(self) -> impl Iterator<Item = Capability> {
-        Capability::ALL.into_iter().filter(move |c| self.contains(*c))
+        Capability::ALL
+            .into_iter()
+            .filter(move |c| self.contains(*c))
     }
 
     /// Parses a comma-separated list such as `utility,compute` or `all`.
@@ -166,11 +168,20 @@ mod tests {
         let cases: &[(&str, Result<&str, &str>)] = &[
             ("utility,compute", Ok("utility,compute")),
             ("compute, utility", Ok("utility,compute")),
-            ("all", Ok("utility,compute,video,graphics,display,ngx,compat32")),
-            ("video,all", Ok("utility,compute,video,graphics,display,ngx,compat32")),
+            (
+                "all",
+                Ok("utility,compute,video,graphics,display,ngx,compat32"),
+            ),
+            (
+                "video,all",
+                Ok("utility,compute,video,graphics,display,ngx,compat32"),
+            ),
             ("", Ok("")),
             (",,", Ok("")),
-            ("graphics,display,ngx,compat32", Ok("graphics,display,ngx,compat32")),
+            (
+                "graphics,display,ngx,compat32",
+                Ok("graphics,display,ngx,compat32"),
+            ),
             ("compute,gpu", Err("gpu")),
             ("Compute", Err("Compute")),
         ];

@@ -163,7 +163,12 @@ impl<'a> Selected<'a> {
     /// Every GPU that is selected whole or through one of its MIG devices, each once.
     pub fn all_gpus(&self) -> Vec<&'a Gpu> {
         let mut out: Vec<&Gpu> = Vec::new();
-        for g in self.gpus.iter().copied().chain(self.mig.iter().map(|(g, _)| *g)) {
+        for g in self
+            .gpus
+            .iter()
+            .copied()
+            .chain(self.mig.iter().map(|(g, _)| *g))
+        {
             if !out.iter().any(|o| o.index == g.index) {
                 out.push(g);
             }
@@ -266,7 +271,9 @@ fn opts(list: &[&str]) -> Vec<String> {
 fn mount_options(kind: MountKind) -> Vec<String> {
     match kind {
         MountKind::Library | MountKind::Binary => opts(&["ro", "nosuid", "nodev", "bind"]),
-        MountKind::Firmware | MountKind::Config => opts(&["ro", "nosuid", "nodev", "noexec", "bind"]),
+        MountKind::Firmware | MountKind::Config => {
+            opts(&["ro", "nosuid", "nodev", "noexec", "bind"])
+        }
         MountKind::Socket | MountKind::Directory => opts(&["nosuid", "nodev", "noexec", "bind"]),
     }
 }
@@ -301,14 +308,29 @@ pub fn compute(
         edits.device_nodes.extend(mig.caps.iter().cloned());
     }
     for (selection, node, variable, what) in [
-        (&request.mig_config, &driver.mig_config, "NVIDIA_MIG_CONFIG_DEVICES", "MIG config capability"),
-        (&request.mig_monitor, &driver.mig_monitor, "NVIDIA_MIG_MONITOR_DEVICES", "MIG monitor capability"),
+        (
+            &request.mig_config,
+            &driver.mig_config,
+            "NVIDIA_MIG_CONFIG_DEVICES",
+            "MIG config capability",
+        ),
+        (
+            &request.mig_monitor,
+            &driver.mig_monitor,
+            "NVIDIA_MIG_MONITOR_DEVICES",
+            "MIG monitor capability",
+        ),
     ] {
         let chosen = select(driver, selection, variable)?;
-        if matches!(selection, DeviceSelection::NotRequested | DeviceSelection::None) {
+        if matches!(
+            selection,
+            DeviceSelection::NotRequested | DeviceSelection::None
+        ) {
             continue;
         }
-        let node = node.as_ref().ok_or(EditsError::MissingNode { variable, what })?;
+        let node = node
+            .as_ref()
+            .ok_or(EditsError::MissingNode { variable, what })?;
         edits.device_nodes.push(node.clone());
         for gpu in chosen.all_gpus() {
             edits.device_nodes.push(gpu.node.clone());
@@ -316,7 +338,9 @@ pub fn compute(
     }
     match &request.imex_channels {
         ChannelSelection::None => {}
-        ChannelSelection::All => edits.device_nodes.extend(driver.imex_channels.iter().cloned()),
+        ChannelSelection::All => edits
+            .device_nodes
+            .extend(driver.imex_channels.iter().cloned()),
         ChannelSelection::List(list) => {
             for n in list {
                 let name = format!("channel{n}");
@@ -339,7 +363,11 @@ pub fn compute(
         .chain(driver.firmware.iter().map(|f| (f, MountKind::Firmware)))
         .chain(driver.files.iter().map(|f| (f, MountKind::Config)))
         .chain(driver.ipc.iter().map(|f| {
-            let kind = if f.host_path.is_dir() { MountKind::Directory } else { MountKind::Socket };
+            let kind = if f.host_path.is_dir() {
+                MountKind::Directory
+            } else {
+                MountKind::Socket
+            };
             (f, kind)
         }));
     for (file, kind) in files {
@@ -362,7 +390,12 @@ fn dedup_nodes(nodes: &mut Vec<DeviceNode>) {
 
 /// Library mounts into the layout's folders, their soname links, and the folders for
 /// the ld.so.cache.
-fn add_libraries(driver: &Driver, caps: CapabilitySet, layout: &ContainerLayout, edits: &mut ContainerEdits) {
+fn add_libraries(
+    driver: &Driver,
+    caps: CapabilitySet,
+    layout: &ContainerLayout,
+    edits: &mut ContainerEdits,
+) {
     for class in [LibClass::Lib64, LibClass::Lib32] {
         if class == LibClass::Lib32 && !caps.contains(Capability::Compat32) {
             continue;
@@ -441,8 +474,8 @@ impl Facts for HostFacts<'_> {
         if self.gpus.is_empty() {
             return Ok(Vec::new());
         }
-        let details = discover::nvml::gpu_details(self.driver)
-            .map_err(|e| FactError::new(Fact::Gpus, e))?;
+        let details =
+            discover::nvml::gpu_details(self.driver).map_err(|e| FactError::new(Fact::Gpus, e))?;
         self.gpus
             .iter()
             .map(|g| {
@@ -454,8 +487,12 @@ impl Facts for HostFacts<'_> {
                     )
                 };
                 Ok(GpuFacts {
-                    arch: d.and_then(|d| d.arch()).ok_or_else(|| missing("compute capability"))?,
-                    brand: d.and_then(|d| d.brand.clone()).ok_or_else(|| missing("brand"))?,
+                    arch: d
+                        .and_then(|d| d.arch())
+                        .ok_or_else(|| missing("compute capability"))?,
+                    brand: d
+                        .and_then(|d| d.brand.clone())
+                        .ok_or_else(|| missing("brand"))?,
                 })
             })
             .collect()

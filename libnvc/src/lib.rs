@@ -8,11 +8,11 @@
 //! all consume.
 
 pub mod caps;
+pub mod discover;
+pub mod edits;
 pub mod elf;
 pub mod ldcache;
+pub mod logging;
 pub mod request;
 pub mod require;
 pub mod version;
-pub mod discover;
-pub mod edits;
-pub mod logging;

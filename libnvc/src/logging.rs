@@ -24,7 +24,9 @@ impl log::Log for FileLogger {
         if !self.enabled(record.metadata()) {
             return;
         }
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         let line = format!(
             "{}.{:06} {} [{}] {}: {}\n",
             now.as_secs(),
@@ -60,7 +62,11 @@ pub fn init(config: &LogConfig, program: &'static str) -> bool {
     if config.file.as_os_str().is_empty() {
         return false;
     }
-    let Ok(file) = OpenOptions::new().create(true).append(true).open(&config.file) else {
+    let Ok(file) = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&config.file)
+    else {
         return false;
     };
     let level = level_filter(config.level);

@@ -78,7 +78,11 @@ mod tests {
     fn reports_what_libcuda_says() {
         let dir = tempfile_dir();
         let src = dir.join("cuda.c");
-        std::fs::write(&src, "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }\n").unwrap();
+        std::fs::write(
+            &src,
+            "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }\n",
+        )
+        .unwrap();
         let lib = dir.join("libcuda.so.1");
         let ok = std::process::Command::new("gcc")
             .args(["-shared", "-fPIC", "-o"])

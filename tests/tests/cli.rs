@@ -1,5 +1,7 @@
 //! `nvc info` and `nvc list` against fake driver trees, through the built binary.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

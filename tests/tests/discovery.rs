@@ -1,6 +1,8 @@
 //! Discovery and container edits on fake driver trees: no GPU needed, root needed (the
 //! trees have real device nodes and a cache written by `ldconfig -r`).
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::Path;
 
 use libnvc::caps::Capability;
@@ -244,7 +246,7 @@ fn selection_by_index_uuid_and_bus_id() {
                 .map(|n| n.path.display().to_string())
                 .collect();
             assert_eq!(gpu_nodes, [format!("/dev/nvidia{}", gpu.minor)], "{form}");
-            assert_eq!(e.visible_gpus, [gpu.bus_id.clone()], "{form}");
+            assert_eq!(e.visible_gpus, std::slice::from_ref(&gpu.bus_id), "{form}");
         }
     }
     let all = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=all"]);
@@ -501,4 +503,55 @@ fn requirements_against_the_fake_driver() {
     let err = check(&["CUDA_VERSION=100.2.1"]).unwrap_err();
     assert!(err.to_string().contains("cuda>=100.2"), "{err}");
     assert!(check(&["CUDA_VERSION=100.2.1", "NVIDIA_DISABLE_REQUIRE=1"]).is_ok());
+}
+
+#[test]
+fn compat32_adds_the_32_bit_libraries() {
+    let (_dir, fake, d) = build(FakeDriverSpec {
+        lib32: true,
+        ..FakeDriverSpec::default()
+    });
+    assert!(
+        fake.lib32_built,
+        "this test needs `gcc -m32` to link (apt-get install gcc-multilib; scripts/deps.sh does)"
+    );
+    let lib32: Vec<_> = d
+        .libraries
+        .iter()
+        .filter(|l| l.class == libnvc::discover::LibClass::Lib32)
+        .collect();
+    assert!(lib32.iter().any(|l| l.stem == "libcuda"), "{lib32:#?}");
+    let without = container_paths(&edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=0"]));
+    assert!(
+        !without
+            .iter()
+            .any(|p| p.starts_with("/usr/lib/i386-linux-gnu")),
+        "{without:#?}"
+    );
+    let with = edits_for(
+        &d,
+        &[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_DRIVER_CAPABILITIES=compute,compat32",
+        ],
+    );
+    let paths = container_paths(&with);
+    assert!(
+        paths.contains(&"/usr/lib/i386-linux-gnu/libcuda.so.1".to_string()),
+        "{paths:#?}"
+    );
+    assert!(paths.contains(&"/usr/lib/i386-linux-gnu/libcuda.so.999.88.77".to_string()));
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p.starts_with("/usr/lib/i386-linux-gnu/libnvidia-ml")),
+        "utility not asked"
+    );
+    assert_eq!(
+        with.ldcache_dirs,
+        [
+            Path::new("/usr/lib/x86_64-linux-gnu"),
+            Path::new("/usr/lib/i386-linux-gnu")
+        ]
+    );
 }

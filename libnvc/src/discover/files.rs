@@ -16,12 +16,21 @@ use crate::ldcache::{self, Cache, CacheArch};
 /// The driver root's ld.so.cache; `None` when it has none.
 pub fn read_ldcache(root: &Path) -> Result<Option<Cache>, DiscoverError> {
     match resolve_in_root(root, Path::new("/etc/ld.so.cache")) {
-        Ok(path) => ldcache::read(&path).map(Some).map_err(DiscoverError::LdCache),
+        Ok(path) => ldcache::read(&path)
+            .map(Some)
+            .map_err(DiscoverError::LdCache),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            warn!("{} has no /etc/ld.so.cache: no driver library can be found", root.display());
+            warn!(
+                "{} has no /etc/ld.so.cache: no driver library can be found",
+                root.display()
+            );
             Ok(None)
         }
-        Err(e) => Err(DiscoverError::io("resolve", &root.join("etc/ld.so.cache"), e)),
+        Err(e) => Err(DiscoverError::io(
+            "resolve",
+            &root.join("etc/ld.so.cache"),
+            e,
+        )),
     }
 }
 
@@ -29,14 +38,16 @@ pub fn read_ldcache(root: &Path) -> Result<Option<Cache>, DiscoverError> {
 /// whose kernel module is not loaded (or a proc root without it).
 pub fn version_from_libraries(root: &Path, cache: Option<&Cache>) -> Option<String> {
     let cache = cache?;
-    ["libnvidia-ml.so.1", "libcuda.so.1"].iter().find_map(|name| {
-        let entry = cache.lookup(name, CacheArch::X86_64)?;
-        let real = resolve_in_root(root, Path::new(&entry.path)).ok()?;
-        let file = real.file_name()?.to_str()?;
-        let suffix = file.split_once(".so.")?.1;
-        suffix.parse::<crate::version::Version>().ok()?;
-        Some(suffix.to_string())
-    })
+    ["libnvidia-ml.so.1", "libcuda.so.1"]
+        .iter()
+        .find_map(|name| {
+            let entry = cache.lookup(name, CacheArch::X86_64)?;
+            let real = resolve_in_root(root, Path::new(&entry.path)).ok()?;
+            let file = real.file_name()?.to_str()?;
+            let suffix = file.split_once(".so.")?.1;
+            suffix.parse::<crate::version::Version>().ok()?;
+            Some(suffix.to_string())
+        })
 }
 
 /// The capabilities a library stem belongs to.
@@ -80,12 +91,18 @@ pub fn libraries(root: &Path, cache: Option<&Cache>, version: &str) -> Vec<Libra
         if !seen.insert(host_path.clone()) {
             continue;
         }
-        let Some(file_name) = host_path.file_name().and_then(|f| f.to_str()).map(str::to_string)
+        let Some(file_name) = host_path
+            .file_name()
+            .and_then(|f| f.to_str())
+            .map(str::to_string)
         else {
             continue;
         };
         if !file_name.ends_with(&suffix) {
-            debug!("skipping {}: not of driver version {version}", host_path.display());
+            debug!(
+                "skipping {}: not of driver version {version}",
+                host_path.display()
+            );
             continue;
         }
         let info = match elf::read_elf_info_path(&host_path) {
@@ -99,8 +116,12 @@ pub fn libraries(root: &Path, cache: Option<&Cache>, version: &str) -> Vec<Libra
             LibClass::Lib64 => (ElfClass::Elf64, elf::EM_X86_64),
             LibClass::Lib32 => (ElfClass::Elf32, elf::EM_386),
         };
-        if info.class != want_class || info.machine != want_machine || info.elf_type != elf::ET_DYN {
-            warn!("skipping {}: not a {class:?} shared object", host_path.display());
+        if info.class != want_class || info.machine != want_machine || info.elf_type != elf::ET_DYN
+        {
+            warn!(
+                "skipping {}: not a {class:?} shared object",
+                host_path.display()
+            );
             continue;
         }
         out.push(Library {
@@ -233,4 +254,36 @@ pub fn ipc(root: &Path) -> Vec<HostFile> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Capability::*;
+
+    #[test]
+    fn libraries_map_to_capabilities() {
+        let cases: &[(&str, &[Capability])] = &[
+            ("libnvidia-ml", &[Utility]),
+            ("libnvidia-cfg", &[Utility]),
+            ("libcuda", &[Compute]),
+            ("libnvidia-ptxjitcompiler", &[Compute]),
+            ("libnvidia-nvvm", &[Compute]),
+            ("libnvidia-opencl", &[Compute]),
+            ("libnvidia-gpucomp", &[Compute, Graphics]),
+            ("libnvcuvid", &[Video]),
+            ("libnvidia-encode", &[Video]),
+            ("libvdpau_nvidia", &[Video]),
+            ("libGLX_nvidia", &[Graphics]),
+            ("libEGL_nvidia", &[Graphics]),
+            ("libnvoptix", &[Graphics]),
+            ("libnvidia-ngx", &[Ngx]),
+            ("libc", &[]),
+            ("libGL", &[]),
+            ("libcudart", &[]),
+        ];
+        for (stem, want) in cases {
+            assert_eq!(library_capabilities(stem), *want, "{stem}");
+        }
+    }
 }

@@ -212,20 +212,21 @@ pub fn discover(roots: &DriverRoots) -> Result<Driver, DiscoverError> {
         Err(e) => return Err(DiscoverError::io("read", &nvidia.join("version"), e)),
     };
     let cache = files::read_ldcache(&roots.root)?;
-    let version = match proc_version.or_else(|| files::version_from_libraries(&roots.root, cache.as_ref())) {
-        Some(v) => v,
-        None => {
-            return Err(DiscoverError::NoDriver {
-                reason: format!(
-                    "neither {} nor libcuda/libnvidia-ml in {} exist",
-                    nvidia.join("version").display(),
-                    roots.root.join("etc/ld.so.cache").display()
-                ),
-                root: roots.root.clone(),
-                proc_root: roots.proc_root.clone(),
-            })
-        }
-    };
+    let version =
+        match proc_version.or_else(|| files::version_from_libraries(&roots.root, cache.as_ref())) {
+            Some(v) => v,
+            None => {
+                return Err(DiscoverError::NoDriver {
+                    reason: format!(
+                        "neither {} nor libcuda/libnvidia-ml in {} exist",
+                        nvidia.join("version").display(),
+                        roots.root.join("etc/ld.so.cache").display()
+                    ),
+                    root: roots.root.clone(),
+                    proc_root: roots.proc_root.clone(),
+                })
+            }
+        };
     let majors = nodes::read_majors(&roots.proc_root);
     let gpus = proc::read_gpus(&nvidia)?
         .into_iter()
@@ -295,7 +296,11 @@ impl Driver {
         let lib = self
             .library("libcuda")
             .map(|l| l.host_path.clone())
-            .unwrap_or_else(|| self.roots.root.join("usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+            .unwrap_or_else(|| {
+                self.roots
+                    .root
+                    .join("usr/lib/x86_64-linux-gnu/libcuda.so.1")
+            });
         nvc_sys::cuda_driver_version(&lib).map(Version::from_cuda_int)
     }
 }

@@ -29,7 +29,11 @@ pub fn parse_version_file(text: &str) -> Option<String> {
     let after = line.split_once("Module")?.1;
     after
         .split_whitespace()
-        .find(|t| t.contains('.') && t.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
+        .find(|t| {
+            t.contains('.')
+                && t.split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
         .map(str::to_string)
 }
 

@@ -30,7 +30,10 @@ pub fn resolve_in_root(root: &Path, path: &Path) -> io::Result<PathBuf> {
             if links > MAX_LINKS {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("too many levels of symbolic links resolving {}", path.display()),
+                    format!(
+                        "too many levels of symbolic links resolving {}",
+                        path.display()
+                    ),
                 ));
             }
             let target = std::fs::read_link(&host)?;
@@ -89,7 +92,11 @@ mod tests {
         std::fs::create_dir_all(root.join("usr/local/nvidia/lib64")).unwrap();
         std::fs::create_dir_all(root.join("usr/lib")).unwrap();
         std::fs::write(root.join("usr/local/nvidia/lib64/libcuda.so.1.2"), b"x").unwrap();
-        symlink("libcuda.so.1.2", root.join("usr/local/nvidia/lib64/libcuda.so.1")).unwrap();
+        symlink(
+            "libcuda.so.1.2",
+            root.join("usr/local/nvidia/lib64/libcuda.so.1"),
+        )
+        .unwrap();
         symlink(
             "/usr/local/nvidia/lib64/libcuda.so.1",
             root.join("usr/lib/libcuda.so.1"),
@@ -106,6 +113,9 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         let err = resolve_in_root(root, Path::new("/usr/lib/loop")).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-        assert_eq!(inside_root(root, &got), Path::new("/usr/local/nvidia/lib64/libcuda.so.1.2"));
+        assert_eq!(
+            inside_root(root, &got),
+            Path::new("/usr/local/nvidia/lib64/libcuda.so.1.2")
+        );
     }
 }

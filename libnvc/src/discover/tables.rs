@@ -6,7 +6,15 @@ use crate::caps::Capability;
 /// Driver libraries by capability, named by their stem (the file name up to `.so`).
 /// Taken from libnvidia-container's lists, current as of driver 580.
 pub const LIBRARIES: &[(Capability, &[&str])] = &[
-    (Capability::Utility, &["libnvidia-ml", "libnvidia-cfg", "libnvidia-nscq", "libnvsdm"]),
+    (
+        Capability::Utility,
+        &[
+            "libnvidia-ml",
+            "libnvidia-cfg",
+            "libnvidia-nscq",
+            "libnvsdm",
+        ],
+    ),
     (
         Capability::Compute,
         &[
@@ -26,7 +34,12 @@ pub const LIBRARIES: &[(Capability, &[&str])] = &[
     ),
     (
         Capability::Video,
-        &["libvdpau_nvidia", "libnvidia-encode", "libnvidia-opticalflow", "libnvcuvid"],
+        &[
+            "libvdpau_nvidia",
+            "libnvidia-encode",
+            "libnvidia-opticalflow",
+            "libnvcuvid",
+        ],
     ),
     (
         Capability::Graphics,
@@ -134,13 +147,22 @@ pub const CONFIG_FILES: &[(Capability, &str, &[&str], &str)] = &[
 /// Other driver files by capability: (capability, path inside the driver root, which is
 /// also the path in the container). `{version}` stands for the driver version.
 pub const OTHER_FILES: &[(Capability, &str)] = &[
-    (Capability::Display, "/usr/lib/xorg/modules/drivers/nvidia_drv.so"),
+    (
+        Capability::Display,
+        "/usr/lib/xorg/modules/drivers/nvidia_drv.so",
+    ),
     (
         Capability::Display,
         "/usr/lib/xorg/modules/extensions/libglxserver_nvidia.so.{version}",
     ),
-    (Capability::Ngx, "/usr/lib/x86_64-linux-gnu/nvidia/wine/nvngx.dll"),
-    (Capability::Ngx, "/usr/lib/x86_64-linux-gnu/nvidia/wine/_nvngx.dll"),
+    (
+        Capability::Ngx,
+        "/usr/lib/x86_64-linux-gnu/nvidia/wine/nvngx.dll",
+    ),
+    (
+        Capability::Ngx,
+        "/usr/lib/x86_64-linux-gnu/nvidia/wine/_nvngx.dll",
+    ),
 ];
 
 /// IPC endpoints: (capabilities that get it, path inside the driver root, container
@@ -158,13 +180,26 @@ pub const IPC: &[(&[Capability], &str, &str, bool)] = &[
         "/run/nvidia-fabricmanager/socket",
         false,
     ),
-    (&[Capability::Compute], "/tmp/nvidia-mps", "/tmp/nvidia-mps", true),
+    (
+        &[Capability::Compute],
+        "/tmp/nvidia-mps",
+        "/tmp/nvidia-mps",
+        true,
+    ),
 ];
 
 /// Extra soname-level links created in the container for libraries that programs
 /// `dlopen` by another name: (library stem, link name, link target).
 pub const EXTRA_LINKS: &[(&str, &str, &str)] = &[
     ("libcuda", "libcuda.so", "libcuda.so.1"),
-    ("libnvidia-opticalflow", "libnvidia-opticalflow.so", "libnvidia-opticalflow.so.1"),
-    ("libGLX_nvidia", "libGLX_indirect.so.0", "libGLX_nvidia.so.0"),
+    (
+        "libnvidia-opticalflow",
+        "libnvidia-opticalflow.so",
+        "libnvidia-opticalflow.so.1",
+    ),
+    (
+        "libGLX_nvidia",
+        "libGLX_indirect.so.0",
+        "libGLX_nvidia.so.0",
+    ),
 ];
