@@ -25,13 +25,13 @@ pub enum CliError {
     #[error(transparent)]
     Edits(#[from] edits::EditsError),
     /// The configuration holds an unknown capability.
-    #[error("invalid [requests] capabilities in {path}")]
+    #[error("invalid config file {path}")]
     ConfigCapabilities {
         /// The config file.
         path: PathBuf,
-        /// Which name.
+        /// Which setting.
         #[source]
-        source: libnvc::caps::UnknownCapability,
+        source: libnvc::oci::PolicyError,
     },
 }
 
@@ -154,20 +154,14 @@ pub struct ListArgs {
 /// `nvc list`.
 pub fn list(args: &ListArgs) -> Result<(), CliError> {
     let (config, path, driver) = load()?;
-    let caps = |names: &[String]| {
-        libnvc::caps::CapabilitySet::parse_list(&names.join(",")).map_err(|source| {
-            CliError::ConfigCapabilities {
-                path: path.clone(),
-                source,
-            }
-        })
-    };
+    // `nvc list` answers for any container: privileged, environment accepted,
+    // requirements not checked.
+    let policy = libnvc::oci::request_policy(&config, true)
+        .map_err(|source| CliError::ConfigCapabilities { path, source })?;
     let policy = RequestPolicy {
-        privileged: true,
         accept_envvar_unprivileged: true,
-        default_capabilities: caps(&config.requests.default_capabilities)?,
-        supported_capabilities: caps(&config.requests.supported_capabilities)?,
         disable_require: true,
+        ..policy
     };
     let mut env = vec![format!("NVIDIA_VISIBLE_DEVICES={}", args.devices)];
     if let Some(c) = &args.capabilities {

@@ -13,6 +13,7 @@ pub mod edits;
 pub mod elf;
 pub mod ldcache;
 pub mod logging;
+pub mod oci;
 pub mod request;
 pub mod require;
 pub mod version;

@@ -1,9 +1,56 @@
-//! `nvc-runtime`: the runc-compatible shim. Not implemented yet: it refuses to run
-//! rather than start containers without their GPUs.
+//! `nvc-runtime`: the runc-compatible shim that Docker, containerd and Podman call
+//! instead of runc. For `create` and `run` it adds a GPU container's device nodes,
+//! cgroup rules and prestart hook to the bundle's config.json; then, for every
+//! subcommand, it execs the real runtime with the original arguments.
+//!
+//! It never writes to stdout (runc's caller owns it). A failure is one line on stderr,
+//! in runc's `--log` file in runc's format, and in nvc's log; the exit status is 1.
 
+mod bundle;
+mod error;
+mod report;
+mod runtime;
+
+use std::convert::Infallible;
+use std::ffi::OsString;
 use std::process::ExitCode;
 
+use libnvc::oci::runc_args::{self, RuncArgs};
+use nvc_config::Config;
+
+use crate::bundle::ConfigSource;
+use crate::error::ShimError;
+
 fn main() -> ExitCode {
-    eprintln!("nvc-runtime: not implemented yet; use runc directly");
-    ExitCode::FAILURE
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let runc = runc_args::scan(&args);
+    match run(&runc, &args) {
+        Ok(never) => match never {},
+        Err(e) => {
+            report::error(&e, &runc);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prepares the bundle when runc is about to create a container, then becomes the
+/// runtime; returns only on failure.
+fn run(runc: &RuncArgs, args: &[OsString]) -> Result<Infallible, ShimError> {
+    let (config, config_path) = Config::load_from_env()?;
+    libnvc::logging::init(&config.log, "nvc-runtime");
+    for flag in &runc.unknown_global_flags {
+        log::warn!("unknown runc flag {flag:?} taken as a boolean");
+    }
+    let runtime = runtime::find_from_env(&config.runtime.runtimes, &config_path)?;
+    if runc.creates_container() {
+        let bundle = bundle::bundle_dir(runc.bundle.as_deref())?;
+        let source = ConfigSource {
+            path: &config_path,
+            from_env: std::env::var_os(nvc_config::CONFIG_ENV).is_some_and(|v| !v.is_empty()),
+        };
+        bundle::prepare(&bundle, &config, &source)?;
+    } else if let Some(flag) = &runc.missing_value {
+        log::warn!("{flag} lacks its value; passing the command line to the runtime as it is");
+    }
+    Err(runtime::exec(&runtime, args))
 }

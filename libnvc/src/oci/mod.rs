@@ -1,0 +1,9 @@
+//! OCI runtime integration: reading runc's command line ([`runc_args`]), reading and
+//! editing a bundle's `config.json` without losing what nvc does not know ([`spec`]),
+//! and the host's request policy from the nvc config ([`policy`]).
+
+pub mod policy;
+pub mod runc_args;
+pub mod spec;
+
+pub use policy::{request_policy, PolicyError};

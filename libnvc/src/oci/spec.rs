@@ -1,0 +1,897 @@
+//! Reading and editing a bundle's OCI spec (`config.json`) without losing anything.
+//!
+//! The spec is handled as a [`serde_json::Value`] (with its key order kept), never a
+//! typed round trip: fields this crate does not know, top-level or nested, survive as
+//! they were. [`view`] reads what nvc needs; [`apply`] adds the device nodes, their
+//! cgroup allow rules and the prestart hook, and is idempotent; [`write_spec_atomic`]
+//! replaces the file so it is never seen half-written.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File, OpenOptions};
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use crate::edits::ContainerEdits;
+
+/// The largest spec [`read_spec`] accepts: real ones are a few KiB.
+pub const MAX_SPEC_SIZE: u64 = 16 << 20;
+
+/// File names of hooks that already give a container the driver: nvc's own and the
+/// NVIDIA Container Toolkit's (Docker's `--gpus` adds the latter).
+pub const KNOWN_HOOK_NAMES: &[&str] = &[
+    "nvc-hook",
+    "nvidia-container-runtime-hook",
+    "nvidia-container-toolkit",
+];
+
+/// Why a spec could not be read, understood, edited or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// A file operation failed.
+    #[error("cannot {op} {path}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The file is larger than [`MAX_SPEC_SIZE`].
+    #[error("{path} is larger than {limit} bytes, too large for an OCI spec")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit.
+        limit: u64,
+    },
+    /// The file is not JSON; the source names the line and column.
+    #[error("invalid JSON in {path}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The line of the error, from 1.
+        line: usize,
+        /// The column of the error, from 1.
+        column: usize,
+        /// What is wrong, and where.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A field the spec must have is absent.
+    #[error("the spec has no {0}")]
+    Missing(&'static str),
+    /// A field holds another JSON type than the OCI schema gives it.
+    #[error("the spec's {field} is {found}, expected {expected}")]
+    WrongType {
+        /// The field, such as `linux.devices` or `process.env[2]`.
+        field: String,
+        /// What the schema has.
+        expected: &'static str,
+        /// What the spec has.
+        found: &'static str,
+    },
+    /// A path that JSON cannot hold as a string.
+    #[error("{0} is not valid UTF-8 and cannot go into the spec")]
+    NotUtf8(PathBuf),
+    /// A path that names no file (`/`, `..`).
+    #[error("{0} is not a file path")]
+    NotAFile(PathBuf),
+    /// The edited spec could not be serialized.
+    #[error("cannot serialize the spec")]
+    Serialize(#[source] serde_json::Error),
+}
+
+/// What nvc reads from a spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecView {
+    /// `process.env`, `KEY=VALUE` strings in order; empty without `process`.
+    pub env: Vec<String>,
+    /// Whether `CAP_SYS_ADMIN` is in `process.capabilities.bounding` (what Docker's and
+    /// Podman's `--privileged` give).
+    pub privileged: bool,
+    /// `root.path`, joined to the bundle when relative.
+    pub rootfs: PathBuf,
+    /// `root.readonly`.
+    pub readonly: bool,
+    /// `linux.devices` that have numbers: path, major, minor.
+    pub devices: Vec<(PathBuf, u32, u32)>,
+    /// `annotations`.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A hook as the OCI spec writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookEntry {
+    /// The executable, an absolute path on the host.
+    pub path: PathBuf,
+    /// Its argv, `args[0]` included.
+    pub args: Vec<String>,
+    /// Its whole environment, `KEY=VALUE`.
+    pub env: Vec<String>,
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn wrong(field: impl Into<String>, expected: &'static str, found: &Value) -> SpecError {
+    SpecError::WrongType {
+        field: field.into(),
+        expected,
+        found: type_name(found),
+    }
+}
+
+fn top(spec: &Value) -> Result<&Map<String, Value>, SpecError> {
+    spec.as_object()
+        .ok_or_else(|| wrong("top level", "an object", spec))
+}
+
+/// `parent[key]` as an object; `None` when absent or null (Go's decoders read null as
+/// absent, and so does runc).
+fn object<'a>(
+    parent: &'a Map<String, Value>,
+    key: &str,
+    field: &str,
+) -> Result<Option<&'a Map<String, Value>>, SpecError> {
+    match parent.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(other) => Err(wrong(field, "an object", other)),
+    }
+}
+
+/// `parent[key]` as an array; empty when absent or null.
+fn array<'a>(
+    parent: &'a Map<String, Value>,
+    key: &str,
+    field: &str,
+) -> Result<&'a [Value], SpecError> {
+    match parent.get(key) {
+        None | Some(Value::Null) => Ok(&[]),
+        Some(Value::Array(a)) => Ok(a),
+        Some(other) => Err(wrong(field, "an array", other)),
+    }
+}
+
+fn strings(items: &[Value], field: &str) -> Result<Vec<String>, SpecError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Value::String(s) => Ok(s.clone()),
+            other => Err(wrong(format!("{field}[{i}]"), "a string", other)),
+        })
+        .collect()
+}
+
+/// `parent[key]` as an object to edit, created when absent or null.
+fn object_mut<'a>(
+    parent: &'a mut Map<String, Value>,
+    key: &str,
+    field: &str,
+) -> Result<&'a mut Map<String, Value>, SpecError> {
+    let slot = parent
+        .entry(key)
+        .or_insert_with(|| Value::Object(Map::new()));
+    if slot.is_null() {
+        *slot = Value::Object(Map::new());
+    }
+    match slot {
+        Value::Object(m) => Ok(m),
+        other => Err(wrong(field, "an object", other)),
+    }
+}
+
+/// `parent[key]` as an array to edit, created when absent or null.
+fn array_mut<'a>(
+    parent: &'a mut Map<String, Value>,
+    key: &str,
+    field: &str,
+) -> Result<&'a mut Vec<Value>, SpecError> {
+    let slot = parent
+        .entry(key)
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if slot.is_null() {
+        *slot = Value::Array(Vec::new());
+    }
+    match slot {
+        Value::Array(a) => Ok(a),
+        other => Err(wrong(field, "an array", other)),
+    }
+}
+
+fn number(entry: &Map<String, Value>, key: &str, field: String) -> Result<Option<u32>, SpecError> {
+    match entry.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| wrong(field, "a 32-bit unsigned number", v)),
+    }
+}
+
+/// Reads what nvc needs from `spec`, the spec of the bundle at `bundle`.
+pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
+    let top = top(spec)?;
+
+    let process = object(top, "process", "process")?;
+    let env = match process {
+        Some(p) => strings(array(p, "env", "process.env")?, "process.env")?,
+        None => Vec::new(),
+    };
+    let bounding = match process {
+        Some(p) => match object(p, "capabilities", "process.capabilities")? {
+            Some(caps) => strings(
+                array(caps, "bounding", "process.capabilities.bounding")?,
+                "process.capabilities.bounding",
+            )?,
+            None => Vec::new(),
+        },
+        None => Vec::new(),
+    };
+    let privileged = bounding.iter().any(|c| c == "CAP_SYS_ADMIN");
+
+    let root = object(top, "root", "root")?.ok_or(SpecError::Missing("root"))?;
+    let rootfs = match root.get("path") {
+        Some(Value::String(p)) if !p.is_empty() => bundle.join(p),
+        None | Some(Value::Null) | Some(Value::String(_)) => {
+            return Err(SpecError::Missing("root.path"))
+        }
+        Some(other) => return Err(wrong("root.path", "a string", other)),
+    };
+    let readonly = match root.get("readonly") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => return Err(wrong("root.readonly", "a boolean", other)),
+    };
+
+    let mut devices = Vec::new();
+    if let Some(linux) = object(top, "linux", "linux")? {
+        for (i, entry) in array(linux, "devices", "linux.devices")?.iter().enumerate() {
+            let field = format!("linux.devices[{i}]");
+            let Value::Object(entry) = entry else {
+                return Err(wrong(field, "an object", entry));
+            };
+            let path = match entry.get("path") {
+                Some(Value::String(p)) => PathBuf::from(p),
+                None | Some(Value::Null) => continue,
+                Some(other) => return Err(wrong(format!("{field}.path"), "a string", other)),
+            };
+            let major = number(entry, "major", format!("{field}.major"))?;
+            let minor = number(entry, "minor", format!("{field}.minor"))?;
+            // FIFOs have no numbers; nvc only cares about character devices.
+            if let (Some(major), Some(minor)) = (major, minor) {
+                devices.push((path, major, minor));
+            }
+        }
+    }
+
+    let mut annotations = BTreeMap::new();
+    if let Some(map) = object(top, "annotations", "annotations")? {
+        for (k, v) in map {
+            match v {
+                Value::String(s) => {
+                    annotations.insert(k.clone(), s.clone());
+                }
+                other => return Err(wrong(format!("annotations.{k}"), "a string", other)),
+            }
+        }
+    }
+
+    Ok(SpecView {
+        env,
+        privileged,
+        rootfs,
+        readonly,
+        devices,
+        annotations,
+    })
+}
+
+fn utf8(path: &Path) -> Result<&str, SpecError> {
+    path.to_str()
+        .ok_or_else(|| SpecError::NotUtf8(path.to_path_buf()))
+}
+
+/// Whether `spec`'s `hooks.prestart` or `hooks.createRuntime` already holds `hook` or a
+/// hook that does its job (one of [`KNOWN_HOOK_NAMES`]); [`apply`] then adds none.
+pub fn has_driver_hook(spec: &Value, hook: &HookEntry) -> Result<bool, SpecError> {
+    hooks_include(top(spec)?, hook)
+}
+
+fn hooks_include(top: &Map<String, Value>, hook: &HookEntry) -> Result<bool, SpecError> {
+    let Some(hooks) = object(top, "hooks", "hooks")? else {
+        return Ok(false);
+    };
+    for stage in ["prestart", "createRuntime"] {
+        for entry in array(hooks, stage, &format!("hooks.{stage}"))? {
+            let Some(path) = entry.get("path").and_then(Value::as_str) else {
+                continue;
+            };
+            let path = Path::new(path);
+            let known = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| KNOWN_HOOK_NAMES.contains(&n));
+            if known || path == hook.path {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Adds `edits.device_nodes` and `hook` to `spec`; returns whether anything changed.
+///
+/// - `hook` goes to `hooks.prestart` unless a prestart or createRuntime hook is
+///   already `hook.path` or named as one of [`KNOWN_HOOK_NAMES`].
+/// - Each device node goes to `linux.devices` unless a device has its path, and its
+///   allow rule (`rwm`) to `linux.resources.devices` unless the same rule is there: runc
+///   then creates the nodes and opens the device cgroup (v1 and v2) itself.
+///
+/// Missing objects and arrays are created (null counts as missing); a field of another
+/// JSON type is an error, and on error `spec` is left as it was. Every other field keeps
+/// its value and place, and applying the result again changes nothing.
+pub fn apply(
+    spec: &mut Value,
+    edits: &ContainerEdits,
+    hook: &HookEntry,
+) -> Result<bool, SpecError> {
+    let mut edited = spec.clone();
+    let changed = apply_to(&mut edited, edits, hook)?;
+    if changed {
+        *spec = edited;
+    }
+    Ok(changed)
+}
+
+fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Result<bool, SpecError> {
+    let found = type_name(spec);
+    let Value::Object(top) = spec else {
+        return Err(SpecError::WrongType {
+            field: "top level".into(),
+            expected: "an object",
+            found,
+        });
+    };
+    let mut changed = false;
+
+    if !hooks_include(top, hook)? {
+        let entry = json!({
+            "path": utf8(&hook.path)?,
+            "args": hook.args,
+            "env": hook.env,
+        });
+        let hooks = object_mut(top, "hooks", "hooks")?;
+        array_mut(hooks, "prestart", "hooks.prestart")?.push(entry);
+        changed = true;
+    }
+
+    // Read first, so nothing is created when nothing is added.
+    let linux = object(top, "linux", "linux")?;
+    let mut paths = BTreeSet::new();
+    let mut rules = Vec::new();
+    if let Some(linux) = linux {
+        for entry in array(linux, "devices", "linux.devices")? {
+            if let Some(p) = entry.get("path").and_then(Value::as_str) {
+                paths.insert(p.to_string());
+            }
+        }
+        if let Some(resources) = object(linux, "resources", "linux.resources")? {
+            rules = array(resources, "devices", "linux.resources.devices")?.to_vec();
+        }
+    }
+    let mut new_devices = Vec::new();
+    let mut new_rules = Vec::new();
+    for node in &edits.device_nodes {
+        let path = utf8(&node.path)?;
+        if paths.insert(path.to_string()) {
+            new_devices.push(json!({
+                "path": path,
+                "type": "c",
+                "major": node.major,
+                "minor": node.minor,
+                "fileMode": node.file_mode,
+                "uid": node.uid,
+                "gid": node.gid,
+            }));
+        }
+        let rule = json!({
+            "allow": true,
+            "type": "c",
+            "major": node.major,
+            "minor": node.minor,
+            "access": "rwm",
+        });
+        if !rules.contains(&rule) {
+            rules.push(rule.clone());
+            new_rules.push(rule);
+        }
+    }
+    if !new_devices.is_empty() {
+        let linux = object_mut(top, "linux", "linux")?;
+        array_mut(linux, "devices", "linux.devices")?.extend(new_devices);
+        changed = true;
+    }
+    if !new_rules.is_empty() {
+        let linux = object_mut(top, "linux", "linux")?;
+        let resources = object_mut(linux, "resources", "linux.resources")?;
+        array_mut(resources, "devices", "linux.resources.devices")?.extend(new_rules);
+        changed = true;
+    }
+    Ok(changed)
+}
+
+fn io_error(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SpecError {
+    let path = path.to_path_buf();
+    move |source| SpecError::Io { op, path, source }
+}
+
+/// Reads and parses the spec at `path` (at most [`MAX_SPEC_SIZE`] bytes).
+pub fn read_spec(path: &Path) -> Result<Value, SpecError> {
+    let file = File::open(path).map_err(io_error("open", path))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SPEC_SIZE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_error("read", path))?;
+    if bytes.len() as u64 > MAX_SPEC_SIZE {
+        return Err(SpecError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_SPEC_SIZE,
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|source| SpecError::Parse {
+        path: path.to_path_buf(),
+        line: source.line(),
+        column: source.column(),
+        source,
+    })
+}
+
+/// The bytes [`write_spec_atomic`] writes for `spec`: compact JSON, as Docker and
+/// containerd write specs.
+pub fn to_bytes(spec: &Value) -> Result<Vec<u8>, SpecError> {
+    serde_json::to_vec(spec).map_err(SpecError::Serialize)
+}
+
+/// Replaces the file at `path` with `spec`: written to a new file in the same folder,
+/// synced, given the old file's permission bits (and owner, where allowed), renamed over
+/// the old one, and the folder synced. Readers see the old file or the new one, never a
+/// part; on error the temporary file is removed.
+pub fn write_spec_atomic(path: &Path, spec: &Value) -> Result<(), SpecError> {
+    write_atomic(path, &to_bytes(spec)?)
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SpecError> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| SpecError::NotAFile(path.to_path_buf()))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let (mode, owner) = match fs::metadata(path) {
+        Ok(m) => (m.mode() & 0o7777, Some((m.uid(), m.gid()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (0o644, None),
+        Err(e) => return Err(io_error("stat", path)(e)),
+    };
+    let (temp, mut file) = create_temp(dir, name, mode)?;
+    let written = (|| {
+        // The mode given at creation is masked by the umask.
+        file.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(io_error("set the permissions of", &temp))?;
+        if let Some((uid, gid)) = owner {
+            let meta = file.metadata().map_err(io_error("stat", &temp))?;
+            if (meta.uid(), meta.gid()) != (uid, gid) {
+                if let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), Some(gid)) {
+                    log::warn!(
+                        "cannot give {} the owner {uid}:{gid} of {}: {e}",
+                        temp.display(),
+                        path.display()
+                    );
+                }
+            }
+        }
+        file.write_all(bytes).map_err(io_error("write", &temp))?;
+        file.sync_all().map_err(io_error("sync", &temp))?;
+        fs::rename(&temp, path).map_err(io_error("replace", path))
+    })();
+    drop(file);
+    if let Err(e) = written {
+        let _ = fs::remove_file(&temp);
+        return Err(e);
+    }
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error("sync the folder", dir))
+}
+
+/// Creates `<dir>/.<name>.<random>.nvc-tmp` exclusively.
+fn create_temp(
+    dir: &Path,
+    name: &std::ffi::OsStr,
+    mode: u32,
+) -> Result<(PathBuf, File), SpecError> {
+    let mut last = None;
+    for attempt in 0u32..16 {
+        // RandomState is seeded from the OS for each process; hashing the pid and the
+        // attempt on top gives a fresh name each try.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        h.write_u32(attempt);
+        let mut file_name = std::ffi::OsString::from(".");
+        file_name.push(name);
+        file_name.push(format!(".{:016x}.nvc-tmp", h.finish()));
+        let temp = dir.join(file_name);
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode & 0o777)
+            .open(&temp)
+        {
+            Ok(f) => return Ok((temp, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some((temp, e)),
+            Err(e) => return Err(io_error("create", &temp)(e)),
+        }
+    }
+    let (temp, e) = last.unwrap_or_else(|| {
+        (
+            dir.to_path_buf(),
+            io::Error::from(io::ErrorKind::AlreadyExists),
+        )
+    });
+    Err(io_error("create", &temp)(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discover::DeviceNode;
+
+    fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
+        DeviceNode {
+            path: PathBuf::from(path),
+            host_path: PathBuf::from(path),
+            major,
+            minor,
+            file_mode: 0o666,
+            uid: 0,
+            gid: 0,
+            on_host: true,
+        }
+    }
+
+    fn hook() -> HookEntry {
+        HookEntry {
+            path: PathBuf::from("/usr/bin/nvc-hook"),
+            args: vec!["nvc-hook".into(), "prestart".into()],
+            env: vec!["PATH=/usr/bin:/bin".into()],
+        }
+    }
+
+    fn edits() -> ContainerEdits {
+        ContainerEdits {
+            device_nodes: vec![
+                node("/dev/nvidiactl", 195, 255),
+                node("/dev/nvidia0", 195, 0),
+            ],
+            ..ContainerEdits::default()
+        }
+    }
+
+    fn minimal() -> Value {
+        json!({"ociVersion": "1.0.2", "root": {"path": "rootfs"}})
+    }
+
+    #[test]
+    fn view_reads_the_fields() {
+        let spec = json!({
+            "process": {
+                "env": ["A=1", "NVIDIA_VISIBLE_DEVICES=all"],
+                "capabilities": {"bounding": ["CAP_CHOWN", "CAP_SYS_ADMIN"]}
+            },
+            "root": {"path": "rootfs", "readonly": true},
+            "linux": {"devices": [
+                {"path": "/dev/fuse", "type": "c", "major": 10, "minor": 229},
+                {"path": "/dev/fifo", "type": "p"}
+            ]},
+            "annotations": {"io.x": "y"}
+        });
+        let v = view(&spec, Path::new("/b")).unwrap();
+        assert_eq!(v.env, vec!["A=1", "NVIDIA_VISIBLE_DEVICES=all"]);
+        assert!(v.privileged);
+        assert_eq!(v.rootfs, PathBuf::from("/b/rootfs"));
+        assert!(v.readonly);
+        assert_eq!(v.devices, vec![(PathBuf::from("/dev/fuse"), 10, 229)]);
+        assert_eq!(v.annotations.get("io.x").map(String::as_str), Some("y"));
+
+        let v = view(&json!({"root": {"path": "/abs/rootfs"}}), Path::new("/b")).unwrap();
+        assert_eq!(v.rootfs, PathBuf::from("/abs/rootfs"));
+        assert!(v.env.is_empty());
+        assert!(!v.privileged);
+        assert!(!v.readonly);
+    }
+
+    #[test]
+    fn view_errors() {
+        let cases = [
+            (json!({}), "the spec has no root"),
+            (json!({"root": {}}), "the spec has no root.path"),
+            (json!({"root": {"path": ""}}), "the spec has no root.path"),
+            (
+                json!({"root": "rootfs"}),
+                "the spec's root is a string, expected an object",
+            ),
+            (
+                json!({"root": {"path": 1}}),
+                "the spec's root.path is a number, expected a string",
+            ),
+            (
+                json!({"root": {"path": "r"}, "process": {"env": "A=1"}}),
+                "the spec's process.env is a string, expected an array",
+            ),
+            (
+                json!({"root": {"path": "r"}, "process": {"env": ["A=1", 2]}}),
+                "the spec's process.env[1] is a number, expected a string",
+            ),
+            (
+                json!({"root": {"path": "r"}, "linux": {"devices": [{"path": "/dev/x", "major": -1, "minor": 0}]}}),
+                "the spec's linux.devices[0].major is a number, expected a 32-bit unsigned number",
+            ),
+            (
+                json!([]),
+                "the spec's top level is an array, expected an object",
+            ),
+        ];
+        for (spec, want) in cases {
+            let got = view(&spec, Path::new("/b")).unwrap_err().to_string();
+            assert_eq!(got, want, "{spec}");
+        }
+    }
+
+    #[test]
+    fn apply_creates_what_is_missing() {
+        let mut spec = minimal();
+        assert!(apply(&mut spec, &edits(), &hook()).unwrap());
+        assert_eq!(
+            spec,
+            json!({
+                "ociVersion": "1.0.2",
+                "root": {"path": "rootfs"},
+                "hooks": {"prestart": [{
+                    "path": "/usr/bin/nvc-hook",
+                    "args": ["nvc-hook", "prestart"],
+                    "env": ["PATH=/usr/bin:/bin"]
+                }]},
+                "linux": {
+                    "devices": [
+                        {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255, "fileMode": 438, "uid": 0, "gid": 0},
+                        {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 438, "uid": 0, "gid": 0}
+                    ],
+                    "resources": {"devices": [
+                        {"allow": true, "type": "c", "major": 195, "minor": 255, "access": "rwm"},
+                        {"allow": true, "type": "c", "major": 195, "minor": 0, "access": "rwm"}
+                    ]}
+                }
+            })
+        );
+        let once = to_bytes(&spec).unwrap();
+        assert!(!apply(&mut spec, &edits(), &hook()).unwrap());
+        assert_eq!(to_bytes(&spec).unwrap(), once);
+    }
+
+    #[test]
+    fn apply_treats_null_as_missing() {
+        let mut spec = json!({"root": {"path": "r"}, "hooks": null, "linux": {"devices": null, "resources": null}});
+        assert!(apply(&mut spec, &edits(), &hook()).unwrap());
+        assert_eq!(spec["hooks"]["prestart"].as_array().map(Vec::len), Some(1));
+        assert_eq!(spec["linux"]["devices"].as_array().map(Vec::len), Some(2));
+        assert_eq!(
+            spec["linux"]["resources"]["devices"]
+                .as_array()
+                .map(Vec::len),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn apply_with_nothing_to_add_creates_nothing() {
+        let mut spec =
+            json!({"root": {"path": "r"}, "hooks": {"prestart": [{"path": "/usr/bin/nvc-hook"}]}});
+        let before = spec.clone();
+        assert!(!apply(&mut spec, &ContainerEdits::default(), &hook()).unwrap());
+        assert_eq!(spec, before);
+        assert!(spec.get("linux").is_none());
+    }
+
+    #[test]
+    fn existing_hooks_are_not_duplicated() {
+        for (stage, path) in [
+            ("prestart", "/usr/bin/nvidia-container-runtime-hook"),
+            ("prestart", "/usr/local/bin/nvc-hook"),
+            ("createRuntime", "/usr/bin/nvidia-container-toolkit"),
+            ("prestart", "/usr/bin/nvc-hook"),
+        ] {
+            let mut spec = json!({"root": {"path": "r"}, "hooks": {stage: [{"path": path, "args": ["x", "prestart"]}]}});
+            apply(&mut spec, &edits(), &hook()).unwrap();
+            let hooks = &spec["hooks"];
+            let count = ["prestart", "createRuntime"]
+                .iter()
+                .filter_map(|s| hooks.get(*s).and_then(Value::as_array))
+                .map(Vec::len)
+                .sum::<usize>();
+            assert_eq!(count, 1, "{stage} {path}: {hooks}");
+        }
+        // Another hook does not count.
+        let mut spec =
+            json!({"root": {"path": "r"}, "hooks": {"prestart": [{"path": "/usr/bin/other"}]}});
+        apply(&mut spec, &edits(), &hook()).unwrap();
+        assert_eq!(spec["hooks"]["prestart"].as_array().map(Vec::len), Some(2));
+        assert_eq!(spec["hooks"]["prestart"][0]["path"], "/usr/bin/other");
+    }
+
+    #[test]
+    fn existing_devices_and_rules_are_kept() {
+        let mut spec = json!({
+            "root": {"path": "r"},
+            "linux": {
+                "devices": [{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 384}],
+                "resources": {"devices": [
+                    {"allow": false, "access": "rwm"},
+                    {"access": "rwm", "minor": 255, "major": 195, "type": "c", "allow": true}
+                ]}
+            }
+        });
+        apply(&mut spec, &edits(), &hook()).unwrap();
+        let devices = spec["linux"]["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 2);
+        assert_eq!(
+            devices[0]["fileMode"], 384,
+            "the existing device is kept as it was"
+        );
+        assert_eq!(devices[1]["path"], "/dev/nvidiactl");
+        let rules = spec["linux"]["resources"]["devices"].as_array().unwrap();
+        // The same rule in another key order counts as present.
+        assert_eq!(rules.len(), 3);
+        assert_eq!(rules[2]["minor"], 0);
+    }
+
+    #[test]
+    fn wrong_types_are_errors_and_leave_the_spec_alone() {
+        let cases = [
+            (
+                json!({"root": {"path": "r"}, "linux": {"devices": "x"}}),
+                "linux.devices is a string, expected an array",
+            ),
+            (
+                json!({"root": {"path": "r"}, "linux": []}),
+                "linux is an array, expected an object",
+            ),
+            (
+                json!({"root": {"path": "r"}, "linux": {"resources": 1}}),
+                "linux.resources is a number",
+            ),
+            (
+                json!({"root": {"path": "r"}, "linux": {"resources": {"devices": {}}}}),
+                "linux.resources.devices is an object",
+            ),
+            (
+                json!({"root": {"path": "r"}, "hooks": []}),
+                "hooks is an array",
+            ),
+            (
+                json!({"root": {"path": "r"}, "hooks": {"prestart": {}}}),
+                "hooks.prestart is an object",
+            ),
+            (
+                json!({"root": {"path": "r"}, "hooks": {"createRuntime": "x"}}),
+                "hooks.createRuntime is a string",
+            ),
+            (json!("spec"), "top level is a string"),
+        ];
+        for (spec, want) in cases {
+            let mut edited = spec.clone();
+            let got = apply(&mut edited, &edits(), &hook())
+                .unwrap_err()
+                .to_string();
+            assert!(got.contains(want), "{got} lacks {want}");
+            assert_eq!(edited, spec, "unchanged on error");
+        }
+    }
+
+    #[test]
+    fn read_spec_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let e = read_spec(&path).unwrap_err();
+        assert!(e.to_string().starts_with("cannot open "), "{e}");
+
+        fs::write(&path, "{\n  \"root\": {\"path\": \"r\"},\n  \"x\": ]\n}").unwrap();
+        let e = read_spec(&path).unwrap_err();
+        let chain = crate::edits::error_chain(&e);
+        assert!(
+            chain.starts_with(&format!("invalid JSON in {}: ", path.display())),
+            "{chain}"
+        );
+        assert!(chain.contains("line 3 column 8"), "{chain}");
+        assert!(
+            matches!(
+                e,
+                SpecError::Parse {
+                    line: 3,
+                    column: 8,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+
+        let big = File::create(&path).unwrap();
+        big.set_len(MAX_SPEC_SIZE + 1).unwrap();
+        let e = read_spec(&path).unwrap_err();
+        assert!(matches!(e, SpecError::TooLarge { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn write_keeps_mode_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        fs::write(&path, "{}").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+        let spec = json!({"b": 1, "a": [true, null]});
+        write_spec_atomic(&path, &spec).unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            r#"{"b":1,"a":[true,null]}"#
+        );
+        assert_eq!(fs::metadata(&path).unwrap().mode() & 0o7777, 0o640);
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("config.json")]);
+        assert_eq!(read_spec(&path).unwrap(), spec);
+
+        // A new file gets 0644.
+        let new = dir.path().join("new.json");
+        write_spec_atomic(&new, &spec).unwrap();
+        assert_eq!(fs::metadata(&new).unwrap().mode() & 0o7777, 0o644);
+    }
+
+    #[test]
+    fn failed_write_keeps_the_old_file_and_removes_the_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // The target is a non-empty directory: rename over it fails after the temp file
+        // was written.
+        let path = dir.path().join("config.json");
+        fs::create_dir(&path).unwrap();
+        fs::write(path.join("keep"), "x").unwrap();
+        let e = write_spec_atomic(&path, &json!({})).unwrap_err();
+        assert!(e.to_string().starts_with("cannot replace "), "{e}");
+        let mut names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, vec![std::ffi::OsString::from("config.json")]);
+        assert!(path.join("keep").exists());
+
+        let e = write_spec_atomic(Path::new("/"), &json!({})).unwrap_err();
+        assert!(matches!(e, SpecError::NotAFile(_)), "{e:?}");
+    }
+}

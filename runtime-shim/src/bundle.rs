@@ -1,0 +1,106 @@
+//! `create` and `run`: gives a bundle's spec what a GPU container needs (device nodes,
+//! their cgroup rules, the prestart hook) before runc reads it. A container that asks
+//! for no GPU keeps its config.json untouched, not even rewritten.
+
+use std::path::{Path, PathBuf};
+
+use libnvc::discover::{self, DriverRoots};
+use libnvc::edits::{self, ContainerLayout};
+use libnvc::oci::spec::{self, HookEntry};
+use libnvc::request::Request;
+use nvc_config::Config;
+
+use crate::error::ShimError;
+use crate::runtime;
+
+/// The hook's whole environment: a fixed PATH, nothing from the container.
+pub const HOOK_PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Where the shim's config came from.
+pub struct ConfigSource<'a> {
+    /// The config file read (or the default path, when none was there).
+    pub path: &'a Path,
+    /// Whether `NVC_CONFIG` named it; the hook is then told the same file.
+    pub from_env: bool,
+}
+
+/// The prestart hook entry for `config`.
+pub fn hook_entry(config: &Config, source: &ConfigSource) -> HookEntry {
+    let mut env = vec![HOOK_PATH_ENV.to_string()];
+    if source.from_env {
+        // runc does not promise the hook's working directory: pass an absolute path.
+        let path = std::path::absolute(source.path).unwrap_or_else(|_| source.path.to_path_buf());
+        env.push(format!("{}={}", nvc_config::CONFIG_ENV, path.display()));
+    }
+    HookEntry {
+        path: config.hook.path.clone(),
+        args: vec!["nvc-hook".into(), "prestart".into()],
+        env,
+    }
+}
+
+/// Edits `<bundle>/config.json` for the GPUs its environment asks for.
+pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<(), ShimError> {
+    let spec_path = bundle.join("config.json");
+    let mut spec = spec::read_spec(&spec_path).map_err(ShimError::SpecFile)?;
+    let bad_spec = |source| ShimError::BadSpec {
+        path: spec_path.clone(),
+        source,
+    };
+    let view = spec::view(&spec, bundle).map_err(bad_spec)?;
+    let policy =
+        libnvc::oci::request_policy(config, view.privileged).map_err(|e| ShimError::Policy {
+            path: source.path.to_path_buf(),
+            source: e,
+        })?;
+    let request = Request::from_env(view.env.iter().map(String::as_str), &policy)
+        .map_err(ShimError::Request)?;
+    if !request.wants_gpu_support() {
+        log::debug!("{}: no GPU asked for; left alone", spec_path.display());
+        return Ok(());
+    }
+
+    let driver = discover::discover(&DriverRoots::from_config(&config.driver))?;
+    // Only the device nodes go into the spec; the hook mounts the files itself, where it
+    // sees the image's real library folders.
+    let edits = edits::compute(&driver, &request, &ContainerLayout::default())?;
+    let hook = hook_entry(config, source);
+    if !spec::has_driver_hook(&spec, &hook).map_err(bad_spec)? && !hook_usable(&hook.path) {
+        return Err(ShimError::Hook {
+            path: hook.path,
+            config: source.path.to_path_buf(),
+        });
+    }
+    let edit_error = |e| ShimError::Edit {
+        path: spec_path.clone(),
+        source: e,
+    };
+    if spec::apply(&mut spec, &edits, &hook).map_err(edit_error)? {
+        spec::write_spec_atomic(&spec_path, &spec).map_err(ShimError::SpecFile)?;
+        log::info!(
+            "{}: {} device nodes and the hook {} added",
+            spec_path.display(),
+            edits.device_nodes.len(),
+            hook.path.display()
+        );
+    } else {
+        log::info!(
+            "{}: already has the device nodes and a hook",
+            spec_path.display()
+        );
+    }
+    Ok(())
+}
+
+/// runc runs the hook by absolute path; anything else fails late and obscurely.
+fn hook_usable(path: &Path) -> bool {
+    path.is_absolute() && runtime::is_executable(path)
+}
+
+/// The bundle of a `create`/`run`: `--bundle` when given, else the current directory.
+pub fn bundle_dir(given: Option<&Path>) -> Result<PathBuf, ShimError> {
+    match given {
+        Some(b) => Ok(b.to_path_buf()),
+        None => std::env::current_dir().map_err(ShimError::CurrentDir),
+    }
+}

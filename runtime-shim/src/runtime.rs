@@ -1,0 +1,137 @@
+//! Finding the low-level runtime (runc, crun) and handing the command line over to it.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::error::ShimError;
+
+/// The search path when `PATH` is unset: the one runc's callers use.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Whether `path` is a regular file with an execute bit (following links).
+pub fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The first of `candidates` that is an executable file: an absolute path as it is, a
+/// bare name looked up in `search_path` (empty entries, meaning the current directory,
+/// are skipped). A candidate that resolves to `own_exe` is skipped, so the shim never
+/// execs itself. Names with a `/` that are not absolute are skipped too.
+pub fn find(candidates: &[String], search_path: &OsStr, own_exe: Option<&Path>) -> Option<PathBuf> {
+    let own = own_exe.and_then(|p| p.canonicalize().ok());
+    let is_self = |p: &Path| own.is_some() && p.canonicalize().ok() == own;
+    for candidate in candidates {
+        let found = if candidate.starts_with('/') {
+            Some(PathBuf::from(candidate)).filter(|p| is_executable(p))
+        } else if candidate.is_empty() || candidate.contains('/') {
+            log::warn!("runtime {candidate:?} is neither an absolute path nor a name; skipped");
+            None
+        } else {
+            std::env::split_paths(search_path)
+                .filter(|dir| dir.is_absolute())
+                .map(|dir| dir.join(candidate))
+                .find(|p| is_executable(p) && !is_self(p))
+        };
+        match found {
+            Some(p) if is_self(&p) => {
+                log::warn!("runtime {} is nvc-runtime itself; skipped", p.display())
+            }
+            Some(p) => return Some(p),
+            None => log::debug!("runtime {candidate:?} not found"),
+        }
+    }
+    None
+}
+
+/// [`find`] with this process's `PATH` and executable, or the error naming what was
+/// tried.
+pub fn find_from_env(candidates: &[String], config: &Path) -> Result<PathBuf, ShimError> {
+    let search_path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from(DEFAULT_PATH));
+    let own_exe = std::env::current_exe().ok();
+    find(candidates, &search_path, own_exe.as_deref()).ok_or_else(|| ShimError::NoRuntime {
+        candidates: format!("[{}]", candidates.join(", ")),
+        search_path: search_path.to_string_lossy().into_owned(),
+        config: config.to_path_buf(),
+    })
+}
+
+/// Replaces this process with `runtime`, given `args` (the shim's own `argv[1..]`)
+/// unchanged; returns only on failure.
+pub fn exec(runtime: &Path, args: &[OsString]) -> ShimError {
+    log::debug!("exec {} {args:?}", runtime.display());
+    let source = Command::new(runtime).args(args).exec();
+    ShimError::Exec {
+        runtime: runtime.to_path_buf(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn executable(path: &Path) {
+        fs::write(path, "#!/bin/sh\n").unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn lookup_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        fs::create_dir_all(&a).unwrap();
+        fs::create_dir_all(&b).unwrap();
+        executable(&b.join("runc"));
+        executable(&a.join("crun"));
+        fs::write(a.join("runc"), "not executable").unwrap();
+        let search = std::env::join_paths([&a, &b]).unwrap();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+        // A non-executable file earlier on PATH is passed over.
+        assert_eq!(
+            find(&names(&["runc", "crun"]), &search, None),
+            Some(b.join("runc"))
+        );
+        assert_eq!(
+            find(&names(&["youki", "crun"]), &search, None),
+            Some(a.join("crun"))
+        );
+        let abs = a.join("crun").display().to_string();
+        assert_eq!(
+            find(&names(&[&abs, "runc"]), &search, None),
+            Some(a.join("crun"))
+        );
+        // A relative path with a slash, an empty name, a missing absolute path: skipped.
+        assert_eq!(
+            find(&names(&["a/crun", "", "/nonexistent/runc"]), &search, None),
+            None
+        );
+        // Empty PATH entries (the current directory) are not searched.
+        assert_eq!(find(&names(&["runc"]), OsStr::new(":"), None), None);
+    }
+
+    #[test]
+    fn own_executable_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        fs::create_dir_all(&a).unwrap();
+        fs::create_dir_all(&b).unwrap();
+        let shim = dir.path().join("nvc-runtime");
+        executable(&shim);
+        // `runc` in a is a link to the shim itself; the real one is in b.
+        std::os::unix::fs::symlink(&shim, a.join("runc")).unwrap();
+        executable(&b.join("runc"));
+        let search = std::env::join_paths([&a, &b]).unwrap();
+        let own = Some(shim.as_path());
+        assert_eq!(
+            find(&["runc".to_string()], &search, own),
+            Some(b.join("runc"))
+        );
+        let abs = a.join("runc").display().to_string();
+        assert_eq!(find(&[abs], &search, own), None);
+    }
+}
