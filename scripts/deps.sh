@@ -9,6 +9,9 @@ have gcc || need+=(gcc libc6-dev)
 have ldconfig || need+=(libc-bin)
 have mknod || need+=(coreutils)
 have readelf || need+=(binutils)
+# The container tests: real runc, and a static busybox for their test rootfs.
+have runc || need+=(runc)
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || need+=(busybox-static)
 echo "int main(void){return 0;}" | gcc -m32 -x c - -o /dev/null 2>/dev/null || need+=(gcc-multilib)
 if ! have cargo; then
     # Debian 12's own rustc (1.63) is too old; its rustc-web/cargo-web are current.

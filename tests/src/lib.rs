@@ -7,14 +7,20 @@
 //! programs (a small `nvidia-smi`), a real `ld.so.cache`, real character device nodes, and the
 //! driver's `/proc` files. The version is fake (`999.88.77`) so a leak from a real host shows.
 
+mod bundle;
 mod catalog;
 mod compile;
 mod devices;
 mod error;
+mod harness;
 mod proc_tree;
+mod rootfs;
 mod spec;
 mod tree;
 
+pub use bundle::{
+    bounding_set, default_config, Bundle, ALL_CAPABILITIES, DEFAULT_CAPABILITIES, DEFAULT_PATH_ENV,
+};
 pub use catalog::{DriverLibrary, DRIVER_BINARIES, DRIVER_LIBRARIES};
 pub use devices::{
     mig_cap_minor, FakeDeviceNode, FakeMigCap, FABRIC_IMEX_MGMT_MINOR, NVIDIACTL_MINOR,
@@ -22,7 +28,14 @@ pub use devices::{
     NVIDIA_UVM_MAJOR,
 };
 pub use error::FakeError;
+pub use harness::{
+    container_id, host_mounts, nvc_config_for, runc_path, tree_digest, workspace_bin, Outcome,
+    Runtime, DEFAULT_TIMEOUT,
+};
 pub use proc_tree::proc_version;
+pub use rootfs::{
+    elf_interpreter, RootfsSpec, TestRootfs, BUSYBOX_APPLETS, LOADER_PATH, PROBE_PATH,
+};
 pub use spec::{FakeDriverSpec, FakeGpu, FAKE_GPU_MODEL, MAX_GPU_MINOR};
 pub use tree::{FakeDriver, LIB32_DIR, MULTIARCH_LIB_DIR, NVIDIA_PREFIX};
 

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Run here (a machine with network access), before a GPU-machine run: builds nvc in
+# release mode and gathers what the GPU machine lacks (runc, libseccomp, a static
+# busybox) into .device-carry/, which is git-ignored and carried to the GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+carry=.device-carry
+cargo build --release --locked --workspace
+mkdir -p "$carry/bin" "$carry/debs"
+cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-fake-driver} "$carry/bin/"
+if [ ! -x "$carry/runc/usr/sbin/runc" ]; then
+    (cd "$carry/debs" && apt-get download runc libseccomp2 busybox-static)
+    rm -rf "$carry/runc" && mkdir -p "$carry/runc"
+    for f in "$carry"/debs/*.deb; do dpkg -x "$f" "$carry/runc/"; done
+fi
+grep -qx '/.device-carry/' .git/info/exclude 2>/dev/null || echo '/.device-carry/' >>.git/info/exclude
+du -sh "$carry"
