@@ -1,9 +1,24 @@
-//! `nvc-hook`: the OCI prestart hook. Not implemented yet: it refuses to run rather
-//! than pretend to have set a container up.
+//! `nvc-hook`: the OCI prestart hook. Reads the container's state on stdin, and puts the
+//! driver into the container (see `libnvc::apply`). Any failure is one line on stderr,
+//! which runc shows the user, and a non-zero exit, which makes runc abort the container.
+
+mod run;
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    eprintln!("nvc-hook: not implemented yet; GPU containers cannot be set up by this build");
-    ExitCode::FAILURE
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    let result = match mode.as_str() {
+        "prestart" | "createRuntime" => run::run(),
+        other => Err(run::HookError::Usage(other.to_string())),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let msg = libnvc::edits::error_chain(&e);
+            log::error!("{msg}");
+            eprintln!("nvc-hook: {msg}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -7,7 +7,9 @@
 //! [`edits::ContainerEdits`] value that the runtime shim, the hook and CDI generation
 //! all consume.
 
+pub mod apply;
 pub mod caps;
+pub mod devcgroup;
 pub mod discover;
 pub mod edits;
 pub mod elf;

@@ -3,6 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod cgroup;
+pub mod container;
+
 /// Why a driver library could not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum SysError {

@@ -47,10 +47,10 @@ level = "debug"
 TOML
 export NVC_CONFIG=$work/config.toml
 
-bundle() { # bundle DIR ENV SCRIPT
-    mkdir -p "$1" && (cd "$1" && runc spec && python3 - "$2" "$3" "$rootfs" <<'PY'
+bundle() { # bundle DIR ENV SCRIPT: a fresh copy of the rootfs each, as engines give
+    mkdir -p "$1" && cp -a "$rootfs" "$1/rootfs" && (cd "$1" && runc spec && python3 - "$2" "$3" <<'PY'
 import json, sys
-env, script, rootfs = sys.argv[1], sys.argv[2], sys.argv[3]
+env, script, rootfs = sys.argv[1], sys.argv[2], "rootfs"
 c = json.load(open("config.json"))
 c["process"]["terminal"] = False
 c["process"]["args"] = ["sh", "-c", script]
@@ -60,11 +60,10 @@ json.dump(c, open("config.json", "w"), indent=1)
 PY
 )
 }
-n=0
 ctr() { # ctr "ENV1;ENV2" SCRIPT -> prints the container's output
-    n=$((n + 1)); local b=$work/b$n
+    local b; b=$(mktemp -d "$work/bundle.XXXXXX")
     bundle "$b" "$1" "$2" >/dev/null
-    (cd "$b" && "$carry/bin/nvc-runtime" --root "$work/state" run "e2e$n") 2>&1
+    (cd "$b" && "$carry/bin/nvc-runtime" --root "$work/state" run "$(basename "$b")") 2>&1
 }
 
 mounts_before=$(awk '{print $5}' /proc/self/mountinfo | sort)

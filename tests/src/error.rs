@@ -66,7 +66,8 @@ pub enum FakeError {
 }
 
 impl FakeError {
-    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Self {
+    /// A mapper from an I/O error of `op` on `path`.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(io::Error) -> Self {
         let path = path.into();
         move |source| FakeError::Io { op, path, source }
     }

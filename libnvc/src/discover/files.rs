@@ -149,10 +149,14 @@ pub fn binaries(root: &Path) -> Vec<HostFile> {
     let mut out = Vec::new();
     for (cap, names) in tables::BINARIES {
         for name in *names {
+            // Only a real ELF program: some installs put wrapper scripts on PATH that
+            // exec the driver's binary by a host path the container does not have.
             let found = tables::BINARY_DIRS.iter().find_map(|dir| {
                 let host = regular_file(root, &Path::new(dir).join(name))?;
                 let mode = std::fs::metadata(&host).ok()?.permissions().mode();
-                (mode & 0o111 != 0).then_some(host)
+                let info = elf::read_elf_info_path(&host).ok()?;
+                let program = info.elf_type == elf::ET_EXEC || info.elf_type == elf::ET_DYN;
+                (mode & 0o111 != 0 && program && info.machine == elf::EM_X86_64).then_some(host)
             });
             if let Some(host_path) = found {
                 out.push(HostFile {

@@ -1,0 +1,99 @@
+//! The hook's one job, end to end: state → spec → request → driver → container.
+
+use std::io::Read;
+use std::path::PathBuf;
+
+use libnvc::apply::{self, Target};
+use libnvc::discover::{discover, DriverRoots};
+use libnvc::edits;
+use libnvc::oci::{policy, spec};
+use libnvc::request::Request;
+use nvc_config::Config;
+use serde::Deserialize;
+
+/// The most of the state read from stdin.
+const MAX_STATE: u64 = 1 << 20;
+
+/// Why the hook failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    /// Called with an unknown mode.
+    #[error("unknown hook mode {0:?}: run as `nvc-hook prestart` (or createRuntime) from an OCI runtime")]
+    Usage(String),
+    /// The configuration could not be loaded.
+    #[error(transparent)]
+    Config(#[from] nvc_config::ConfigError),
+    /// The container state on stdin is unreadable.
+    #[error("cannot read the container state on stdin")]
+    StateRead(#[source] std::io::Error),
+    /// The container state is not what an OCI runtime sends.
+    #[error("invalid container state on stdin (expected the OCI state JSON with pid and bundle)")]
+    State(#[source] serde_json::Error),
+    /// The state names no running process.
+    #[error("the container state has no process id: the hook must run as a prestart or createRuntime hook")]
+    NoPid,
+    /// The bundle's config.json is unusable.
+    #[error(transparent)]
+    Spec(#[from] spec::SpecError),
+    /// The configuration's request policy is invalid.
+    #[error(transparent)]
+    Policy(#[from] policy::PolicyError),
+    /// What the container asks for is invalid.
+    #[error(transparent)]
+    Request(#[from] libnvc::request::RequestError),
+    /// The driver could not be found.
+    #[error(transparent)]
+    Discover(#[from] libnvc::discover::DiscoverError),
+    /// A requirement does not hold.
+    #[error(transparent)]
+    Requirement(#[from] edits::RequirementError),
+    /// Setting the container up failed.
+    #[error(transparent)]
+    Apply(#[from] apply::ApplyError),
+    /// The spec's device cgroup rules are invalid.
+    #[error(transparent)]
+    DeviceRules(#[from] libnvc::devcgroup::DevCgroupError),
+}
+
+#[derive(Deserialize)]
+struct State {
+    #[serde(default)]
+    pid: i32,
+    bundle: PathBuf,
+}
+
+/// Sets the container described on stdin up.
+pub fn run() -> Result<(), HookError> {
+    let (config, _) = Config::load_from_env()?;
+    libnvc::logging::init(&config.log, "nvc-hook");
+
+    let mut raw = Vec::new();
+    std::io::stdin()
+        .take(MAX_STATE)
+        .read_to_end(&mut raw)
+        .map_err(HookError::StateRead)?;
+    let state: State = serde_json::from_slice(&raw).map_err(HookError::State)?;
+    if state.pid <= 0 {
+        return Err(HookError::NoPid);
+    }
+
+    let spec = spec::read_spec(&state.bundle.join("config.json"))?;
+    let view = spec::view(&spec, &state.bundle)?;
+    let policy = policy::request_policy(&config, view.privileged)?;
+    let request = Request::from_env(view.env.iter().map(String::as_str), &policy)?;
+    if !request.wants_gpu_support() {
+        log::debug!("{}: no GPU requested", state.bundle.display());
+        return Ok(());
+    }
+    let driver = discover(&DriverRoots::from_config(&config.driver))?;
+    edits::check_requirements(&driver, &request)?;
+    let target = Target {
+        pid: state.pid,
+        rootfs: view.rootfs.clone(),
+        spec_devices: view.devices.iter().map(|(p, _, _)| p.clone()).collect(),
+        update_ldcache: config.ldconfig.update,
+        device_cgroup: Some(libnvc::devcgroup::DeviceCgroup::from_spec(&spec)?),
+    };
+    apply::apply(&driver, &request, &target)?;
+    Ok(())
+}

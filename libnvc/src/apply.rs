@@ -1,0 +1,383 @@
+//! Applies container edits to a live container from its prestart hook: bind mounts,
+//! device nodes missing from the spec, soname links, the masked `/proc/driver/nvidia`,
+//! and the container's ld.so.cache.
+//!
+//! Every source is opened in the host's mount namespace first; then the process enters
+//! the container's mount namespace and acts only through [`ContainerRoot`], which
+//! resolves every container path inside the rootfs. No path from the image is ever a
+//! mount source, and nothing from the image is executed.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use log::{debug, info, warn};
+use nvc_sys::container::{self, ContainerRoot, DetachedMount, FsError, MountAttrs};
+
+use crate::devcgroup::{self, CharDevice, DeviceCgroup};
+use crate::discover::{Driver, LibClass};
+use crate::edits::{self, ContainerEdits, ContainerLayout, EditsError, MountKind};
+use crate::ldcache::{self, CacheArch, Entry};
+use crate::request::Request;
+use crate::version::Version;
+
+/// What the hook knows about the container besides the edits.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The container's init process, whose mount namespace is entered.
+    pub pid: i32,
+    /// The rootfs as seen from the container's mount namespace before pivot_root: its
+    /// host path.
+    pub rootfs: PathBuf,
+    /// Device paths the spec already has (runc creates those itself).
+    pub spec_devices: Vec<PathBuf>,
+    /// Update the container's ld.so.cache.
+    pub update_ldcache: bool,
+    /// The container's device cgroup, extended for the nodes bound in because the spec
+    /// lacks them; `None` leaves it alone.
+    pub device_cgroup: Option<DeviceCgroup>,
+}
+
+/// Why the container could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The request cannot be met.
+    #[error(transparent)]
+    Edits(#[from] EditsError),
+    /// A file-system operation on the host or in the container failed.
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    /// The container's new ld.so.cache could not be built.
+    #[error("cannot build the container's ld.so.cache")]
+    LdCache(#[source] ldcache::LdCacheError),
+    /// The container's device cgroup could not be extended for the nodes bound in.
+    #[error(transparent)]
+    DevCgroup(#[from] devcgroup::DevCgroupError),
+}
+
+/// The folders for libraries in this rootfs: Debian's multiarch folder when the image
+/// has it, else `/usr/lib64` when it has that, else the multiarch folder (created).
+pub fn detect_layout(root: &ContainerRoot) -> ContainerLayout {
+    let debian = ContainerLayout::debian();
+    if root.is_dir(&debian.lib64) {
+        return debian;
+    }
+    let rh = ContainerLayout::lib64();
+    if root.is_dir(&rh.lib64) {
+        return rh;
+    }
+    debian
+}
+
+fn attrs_for(kind: MountKind) -> MountAttrs {
+    MountAttrs {
+        readonly: !matches!(kind, MountKind::Socket | MountKind::Directory),
+        nosuid: true,
+        nodev: true,
+        noexec: matches!(
+            kind,
+            MountKind::Firmware | MountKind::Config | MountKind::Socket | MountKind::Directory
+        ),
+    }
+}
+
+/// Sets the container up: mounts, nodes, links, `/proc/driver/nvidia`, ld.so.cache.
+/// Must run single-threaded (it enters another mount namespace).
+pub fn apply(
+    driver: &Driver,
+    request: &Request,
+    target: &Target,
+) -> Result<ContainerEdits, ApplyError> {
+    // Phase 1, host namespace: every source, as a detached mount. The host paths do not
+    // depend on the container's layout, so the default layout is enough here.
+    let planned = edits::compute(driver, request, &ContainerLayout::default())?;
+    let mut sources: BTreeMap<PathBuf, DetachedMount> = BTreeMap::new();
+    for m in &planned.mounts {
+        if !sources.contains_key(&m.host_path) {
+            sources.insert(
+                m.host_path.clone(),
+                DetachedMount::bind(&m.host_path, attrs_for(m.kind))?,
+            );
+        }
+    }
+    let node_attrs = MountAttrs {
+        readonly: false,
+        nosuid: true,
+        nodev: false,
+        noexec: true,
+    };
+    let mut node_sources = Vec::new();
+    for node in &planned.device_nodes {
+        if target.spec_devices.iter().any(|p| p == &node.path) {
+            continue;
+        }
+        if !node.on_host {
+            warn!(
+                "{} is not on the host; the container will lack it",
+                node.host_path.display()
+            );
+            continue;
+        }
+        let src = DetachedMount::bind(&node.host_path, node_attrs)?;
+        // What is bound is what discovery saw: the same character device.
+        container::check_char_device(src.dir_fd(), node.major, node.minor)?;
+        node_sources.push((node.clone(), src));
+    }
+    // The runtime's device cgroup forbids the nodes it was not told about: read and build
+    // the grant here, in the host's namespaces; it is applied once the nodes are mounted.
+    let device_grant = match &target.device_cgroup {
+        Some(cgroup) if !node_sources.is_empty() => {
+            let devices: Vec<CharDevice> = node_sources
+                .iter()
+                .map(|(n, _)| CharDevice {
+                    major: n.major,
+                    minor: n.minor,
+                })
+                .collect();
+            Some(devcgroup::prepare(target.pid, cgroup, &devices)?)
+        }
+        _ => None,
+    };
+    let proc_mask = ProcMask::prepare(driver, &planned)?;
+
+    // Phase 2, the container's mount namespace.
+    container::enter_mount_namespace(target.pid)?;
+    let root = ContainerRoot::open(&target.rootfs)?;
+    let layout = detect_layout(&root);
+    let edits = edits::compute(driver, request, &layout)?;
+    debug!(
+        "library folder {} in {}",
+        layout.lib64.display(),
+        target.rootfs.display()
+    );
+
+    for m in &edits.mounts {
+        let Some(src) = sources.remove(&m.host_path) else {
+            continue;
+        };
+        let point = match m.kind {
+            MountKind::Directory => root.dir_mount_point(&m.container_path, 0o755)?,
+            _ => root.file_mount_point(&m.container_path, 0o644)?,
+        };
+        src.attach(&point)?;
+    }
+    for (node, src) in node_sources {
+        let point = root.device_mount_point(&node.path, node.major, node.minor)?;
+        src.attach(&point)?;
+    }
+    if let Some(grant) = device_grant {
+        grant.apply()?;
+    }
+    for link in &edits.symlinks {
+        root.symlink(&link.link, &link.target)?;
+    }
+    if let Some(mask) = proc_mask {
+        mask.apply(&root)?;
+    }
+    if target.update_ldcache && !edits.ldcache_dirs.is_empty() {
+        update_ldcache(&root, driver, &edits)?;
+    }
+    info!(
+        "set up {}: {} mounts, {} device nodes, {} links",
+        target.rootfs.display(),
+        edits.mounts.len(),
+        edits.device_nodes.len(),
+        edits.symlinks.len()
+    );
+    Ok(edits)
+}
+
+/// The replacement for the container's `/proc/driver/nvidia`: a read-only tmpfs with
+/// the driver's version and params (device-file creation turned off, so the driver in
+/// the container never makes nodes) and only the selected GPUs' folders.
+struct ProcMask {
+    files: Vec<(String, Vec<u8>)>,
+    gpus: Vec<(String, DetachedMount)>,
+}
+
+impl ProcMask {
+    /// Reads what the mask shows, in the host namespace. `None` when the host has no
+    /// `/proc/driver/nvidia` (no driver loaded, or a driver tree for tests).
+    fn prepare(driver: &Driver, edits: &ContainerEdits) -> Result<Option<ProcMask>, ApplyError> {
+        let nvidia = driver.roots.nvidia_proc();
+        if !Path::new("/proc/driver/nvidia").is_dir() || !nvidia.is_dir() {
+            return Ok(None);
+        }
+        let mut files = Vec::new();
+        for name in ["version", "registry", "params"] {
+            let Ok(mut data) = std::fs::read(nvidia.join(name)) else {
+                continue;
+            };
+            if name == "params" {
+                data = String::from_utf8_lossy(&data)
+                    .lines()
+                    .map(|l| {
+                        if l.starts_with("ModifyDeviceFiles:") {
+                            "ModifyDeviceFiles: 0".to_string()
+                        } else {
+                            l.to_string()
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+                    .into_bytes();
+                data.push(b'\n');
+            }
+            files.push((name.to_string(), data));
+        }
+        let mut gpus = Vec::new();
+        for bus in &edits.visible_gpus {
+            let dir = nvidia.join("gpus").join(bus);
+            let ro = MountAttrs {
+                readonly: true,
+                nosuid: true,
+                nodev: true,
+                noexec: true,
+            };
+            gpus.push((bus.clone(), DetachedMount::bind(&dir, ro)?));
+        }
+        Ok(Some(ProcMask { files, gpus }))
+    }
+
+    /// Mounts the mask over the container's `/proc/driver/nvidia`, when it has one.
+    fn apply(self, root: &ContainerRoot) -> Result<(), ApplyError> {
+        let target = Path::new("/proc/driver/nvidia");
+        if !root.is_dir(target) {
+            return Ok(());
+        }
+        let tmpfs = DetachedMount::tmpfs(1 << 20, 0o555)?;
+        for (name, data) in &self.files {
+            container::write_at(tmpfs.dir_fd(), name, data, 0o444)?;
+        }
+        let gpus_dir = container::mkdir_at(tmpfs.dir_fd(), "gpus", 0o555)?;
+        for (bus, _) in &self.gpus {
+            container::mkdir_at(gpus_dir.as_fd(), bus, 0o555)?;
+        }
+        // Read-only before it is visible; the GPU folders are mounted onto its
+        // (existing) directories afterwards, which a read-only file system allows.
+        tmpfs.set_attrs(MountAttrs {
+            readonly: true,
+            nosuid: true,
+            nodev: true,
+            noexec: true,
+        })?;
+        let point = root.dir_mount_point(target, 0o555)?;
+        tmpfs.attach(&point)?;
+        for (bus, src) in self.gpus {
+            let point = root.dir_mount_point(&target.join("gpus").join(&bus), 0o555)?;
+            src.attach(&point)?;
+        }
+        Ok(())
+    }
+}
+
+/// Cache flags for a library class.
+fn arch_of(class: LibClass) -> CacheArch {
+    match class {
+        LibClass::Lib64 => CacheArch::X86_64,
+        LibClass::Lib32 => CacheArch::I386,
+    }
+}
+
+/// The most of the container's old cache that is read.
+const MAX_CACHE: usize = 16 << 20;
+
+/// Writes the container's `/etc/ld.so.cache` natively: the forward-compatible CUDA
+/// libraries of `/usr/local/cuda/compat` when they are newer than the host driver, then
+/// the injected libraries, then the image's own entries. Nothing of the image is run.
+fn update_ldcache(
+    root: &ContainerRoot,
+    driver: &Driver,
+    edits: &ContainerEdits,
+) -> Result<(), ApplyError> {
+    let mut entries: Vec<Entry> = compat_entries(root, driver);
+    let mut ours = Vec::new();
+    for lib in &driver.libraries {
+        // The folder the library was mounted into, if it was.
+        let Some(dir) = edits
+            .mounts
+            .iter()
+            .find(|m| m.kind == MountKind::Library && m.host_path == lib.host_path)
+            .and_then(|m| m.container_path.parent())
+        else {
+            continue;
+        };
+        let flags = arch_of(lib.class).flags();
+        let mut names = vec![lib.soname.clone()];
+        names.extend(
+            edits
+                .symlinks
+                .iter()
+                .filter(|s| s.link.parent() == Some(dir) && s.target == lib.soname)
+                .filter_map(|s| {
+                    s.link
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .map(str::to_string)
+                }),
+        );
+        for name in names {
+            ours.push(Entry {
+                path: dir.join(&name).display().to_string(),
+                name,
+                flags,
+                hwcap: 0,
+            });
+        }
+    }
+    entries.extend(ours);
+    match root.read_file(Path::new("/etc/ld.so.cache"), MAX_CACHE) {
+        Ok(data) => match ldcache::parse(&data) {
+            Ok(cache) => entries.extend(
+                cache
+                    .entries
+                    .into_iter()
+                    .filter(|e| e.hwcaps_index().is_none()),
+            ),
+            Err(e) => warn!("ignoring the image's unreadable /etc/ld.so.cache: {e}"),
+        },
+        Err(e) => debug!("no usable /etc/ld.so.cache in the image: {e}"),
+    }
+    let bytes = ldcache::write(&entries).map_err(ApplyError::LdCache)?;
+    root.mkdir_all(Path::new("/etc"), 0o755)?;
+    root.write_file(Path::new("/etc/ld.so.cache"), &bytes, 0o644)?;
+    Ok(())
+}
+
+/// The CUDA forward-compatibility libraries of the image, when its `libcuda.so.<v>` in
+/// `/usr/local/cuda/compat` is newer than the host driver: entries named by soname-like
+/// file names (`libcuda.so.1`, `libnvidia-nvvm.so.4`, ...).
+fn compat_entries(root: &ContainerRoot, driver: &Driver) -> Vec<Entry> {
+    let dir = Path::new("/usr/local/cuda/compat");
+    let Ok(names) = root.read_dir(dir, 4096) else {
+        return Vec::new();
+    };
+    let host = driver.version();
+    let newer = names.iter().any(|n| {
+        n.strip_prefix("libcuda.so.")
+            .and_then(|v| v.parse::<Version>().ok())
+            .is_some_and(|v| v.parts().len() >= 2 && host.as_ref().is_some_and(|h| v > *h))
+    });
+    if !newer {
+        return Vec::new();
+    }
+    info!(
+        "using the image's newer CUDA compat libraries from {}",
+        dir.display()
+    );
+    let mut out: Vec<Entry> = names
+        .iter()
+        .filter(|n| {
+            n.split_once(".so.")
+                .is_some_and(|(_, v)| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|n| Entry {
+            name: n.clone(),
+            path: dir.join(n).display().to_string(),
+            flags: CacheArch::X86_64.flags(),
+            hwcap: 0,
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}

@@ -1,0 +1,180 @@
+//! The two ways of resolving a path inside the root: the kernel's `openat2` and an fd walk
+//! with the same semantics for kernels before 5.6.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use super::MAX_LINKS;
+
+/// How often openat2 is retried when the kernel reports a concurrent rename or mount
+/// (`EAGAIN`) during a walk through `..`.
+const EAGAIN_RETRIES: usize = 128;
+
+/// `openat2(root, path, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`.
+pub(super) fn openat2_in_root(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    follow_final: bool,
+) -> Result<OwnedFd, Errno> {
+    let mut flags = OFlags::PATH | OFlags::CLOEXEC;
+    if !follow_final {
+        flags |= OFlags::NOFOLLOW;
+    }
+    let relative = relative(path);
+    let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+    let mut tries = 0;
+    loop {
+        match rustix::fs::openat2(root, relative, flags, Mode::empty(), how) {
+            Err(Errno::AGAIN) if tries < EAGAIN_RETRIES => tries += 1,
+            Err(Errno::INTR) => {}
+            result => return result,
+        }
+    }
+}
+
+/// `path` without its leading slashes, or "." for the root itself.
+fn relative(path: &Path) -> &Path {
+    let bytes = path.as_os_str().as_bytes();
+    let start = bytes.iter().position(|&b| b != b'/').unwrap_or(bytes.len());
+    if start == bytes.len() {
+        Path::new(".")
+    } else {
+        Path::new(std::ffi::OsStr::from_bytes(&bytes[start..]))
+    }
+}
+
+enum Step {
+    Parent,
+    Name(OsString),
+}
+
+/// Puts the components of `path` in front of `queue`, and says whether it was absolute.
+fn push_front(queue: &mut VecDeque<Step>, path: &Path) -> bool {
+    let mut steps = Vec::new();
+    let mut absolute = false;
+    for component in path.components() {
+        match component {
+            Component::RootDir => absolute = true,
+            Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => steps.push(Step::Parent),
+            Component::Normal(name) => steps.push(Step::Name(name.to_os_string())),
+        }
+    }
+    for step in steps.into_iter().rev() {
+        queue.push_front(step);
+    }
+    absolute
+}
+
+/// Resolves `path` inside `root` one component at a time with
+/// `openat(O_PATH|O_NOFOLLOW)`. The kernel never follows a link here: each one is read and
+/// its target resolved by this loop, relative to `root`. `..` pops the stack of directories
+/// walked so far (so it never reaches above the root, and never asks the kernel for `..`,
+/// whose answer a concurrent rename could move outside the root).
+pub(super) fn fd_walk_in_root(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    follow_final: bool,
+) -> Result<OwnedFd, Errno> {
+    let mut queue = VecDeque::new();
+    push_front(&mut queue, path);
+    // The directories below the root that the walk is in; the last is the current one.
+    let mut stack: Vec<OwnedFd> = Vec::new();
+    let mut links = 0u32;
+    while let Some(step) = queue.pop_front() {
+        let name = match step {
+            Step::Parent => {
+                stack.pop();
+                continue;
+            }
+            Step::Name(name) => name,
+        };
+        let current = stack.last().map_or(root, |fd| {
+            use std::os::fd::AsFd;
+            fd.as_fd()
+        });
+        let fd = rustix::fs::openat(
+            current,
+            &name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let st = rustix::fs::fstat(&fd)?;
+        match FileType::from_raw_mode(st.st_mode) {
+            FileType::Directory => stack.push(fd),
+            FileType::Symlink => {
+                if queue.is_empty() && !follow_final {
+                    return Ok(fd);
+                }
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(Errno::LOOP);
+                }
+                let target = rustix::fs::readlinkat(&fd, "", Vec::new())?;
+                let target = Path::new(std::ffi::OsStr::from_bytes(target.as_bytes()));
+                if target.as_os_str().is_empty() {
+                    return Err(Errno::NOENT);
+                }
+                if is_magic_link(&fd, target)? {
+                    return Err(Errno::LOOP);
+                }
+                if push_front(&mut queue, target) {
+                    stack.clear();
+                }
+            }
+            _ if queue.is_empty() => return Ok(fd),
+            _ => return Err(Errno::NOTDIR),
+        }
+    }
+    match stack.pop() {
+        Some(fd) => Ok(fd),
+        None => rustix::io::fcntl_dupfd_cloexec(root, 0),
+    }
+}
+
+/// Whether the link `fd` is a procfs magic link (`/proc/N/cwd`, `root`, `exe`, `fd/N`,
+/// `ns/*`, `map_files/*`): the kernel would jump to the object behind it rather than
+/// resolve its text. Their texts are absolute paths or not paths at all (`pipe:[1]`,
+/// `mnt:[4026531840]`, `anon_inode:[eventfd]`), whereas procfs's plain links (`self`,
+/// `thread-self`, `mounts`, `net`) are relative.
+fn is_magic_link(fd: &OwnedFd, target: &Path) -> Result<bool, Errno> {
+    let fs = rustix::fs::fstatfs(fd)?;
+    if fs.f_type != rustix::fs::PROC_SUPER_MAGIC {
+        return Ok(false);
+    }
+    Ok(target.is_absolute() || target.as_os_str().as_bytes().contains(&b':'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_strips_leading_slashes() {
+        assert_eq!(relative(Path::new("/")), Path::new("."));
+        assert_eq!(relative(Path::new("//")), Path::new("."));
+        assert_eq!(relative(Path::new("/a/b")), Path::new("a/b"));
+        assert_eq!(relative(Path::new("//a/../b")), Path::new("a/../b"));
+    }
+
+    #[test]
+    fn push_front_puts_targets_before_the_rest() {
+        let mut queue = VecDeque::new();
+        assert!(!push_front(&mut queue, Path::new("c/d")));
+        assert!(push_front(&mut queue, Path::new("/a/./../b")));
+        let names: Vec<String> = queue
+            .iter()
+            .map(|s| match s {
+                Step::Parent => "..".to_owned(),
+                Step::Name(n) => n.to_string_lossy().into_owned(),
+            })
+            .collect();
+        assert_eq!(names, ["a", "..", "b", "c", "d"]);
+    }
+}
