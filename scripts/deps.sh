@@ -11,7 +11,14 @@ have mknod || need+=(coreutils)
 have readelf || need+=(binutils)
 # The container tests: real runc, and a static busybox for their test rootfs.
 have runc || need+=(runc)
+# `nvc runtime configure` tests check that containerd accepts what nvc writes.
+have containerd || need+=(containerd)
+# The engine tests (tests/tests/engines.rs): a private dockerd (docker.io brings
+# containerd and its shim), containerd with ctr, podman (below).
+have dockerd || [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || need+=(busybox-static)
+# The CDI tests: a real CDI consumer (Debian 12's podman 4.3), run against runc.
+have podman || need+=(podman)
 echo "int main(void){return 0;}" | gcc -m32 -x c - -o /dev/null 2>/dev/null || need+=(gcc-multilib)
 if ! have cargo; then
     # Debian 12's own rustc (1.63) is too old; its rustc-web/cargo-web are current.

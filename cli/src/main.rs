@@ -1,7 +1,10 @@
 //! `nvc`: the command line. Thin: parses arguments, loads the config, calls libnvc,
 //! prints, and maps errors to an exit status.
 
+mod cdi;
+mod check;
 mod commands;
+mod configure;
 
 use std::process::ExitCode;
 
@@ -30,6 +33,24 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Register nvc with a container engine.
+    Runtime {
+        #[command(subcommand)]
+        command: RuntimeCommand,
+    },
+    /// Generate and list CDI specs.
+    Cdi {
+        #[command(subcommand)]
+        command: cdi::CdiCommand,
+    },
+    /// Diagnose this host: can GPU containers start, and if not, why.
+    Check(check::CheckArgs),
+}
+
+#[derive(Subcommand)]
+enum RuntimeCommand {
+    /// Add nvc to an engine's configuration (Docker, containerd, CRI-O, Podman).
+    Configure(configure::ConfigureArgs),
 }
 
 #[derive(Subcommand)]
@@ -40,20 +61,31 @@ enum ConfigCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Info { json } => commands::info(json),
-        Command::List(args) => commands::list(&args),
+    let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
+        Command::Info { json } => commands::info(json).map_err(Into::into),
+        Command::List(args) => commands::list(&args).map_err(Into::into),
         Command::Config {
             command: ConfigCommand::Default,
         } => {
             print!("{}", nvc_config::DEFAULT_TOML);
             Ok(())
         }
+        Command::Runtime {
+            command: RuntimeCommand::Configure(args),
+        } => configure::run(&args).map_err(Into::into),
+        Command::Cdi { command } => cdi::run(&command).map_err(Into::into),
+        Command::Check(args) => match check::run(&args) {
+            // `nvc check` prints its own table; its status says whether GPU containers
+            // can start.
+            Ok(true) => Ok(()),
+            Ok(false) => return ExitCode::FAILURE,
+            Err(e) => Err(e.into()),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("nvc: {}", libnvc::edits::error_chain(&e));
+            eprintln!("nvc: {}", libnvc::edits::error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

@@ -2,12 +2,16 @@
 //! driver into the container (see `libnvc::apply`). Any failure is one line on stderr,
 //! which runc shows the user, and a non-zero exit, which makes runc abort the container.
 
+mod cdi_hooks;
 mod run;
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let mode = std::env::args().nth(1).unwrap_or_default();
+    if let Some(status) = cdi_hooks::dispatch(&mode) {
+        return status;
+    }
     let result = match mode.as_str() {
         "prestart" | "createRuntime" => run::run(),
         other => Err(run::HookError::Usage(other.to_string())),

@@ -80,7 +80,11 @@ pub fn run() -> Result<(), HookError> {
     let spec = spec::read_spec(&state.bundle.join("config.json"))?;
     let view = spec::view(&spec, &state.bundle)?;
     let policy = policy::request_policy(&config, view.privileged)?;
-    let request = Request::from_env(view.env.iter().map(String::as_str), &policy)?;
+    let request = Request::from_container(
+        view.env.iter().map(String::as_str),
+        &view.annotations,
+        &policy,
+    )?;
     if !request.wants_gpu_support() {
         log::debug!("{}: no GPU requested", state.bundle.display());
         return Ok(());

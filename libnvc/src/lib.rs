@@ -9,10 +9,12 @@
 
 pub mod apply;
 pub mod caps;
+pub mod cdi;
 pub mod devcgroup;
 pub mod discover;
 pub mod edits;
 pub mod elf;
+pub mod engines;
 pub mod ldcache;
 pub mod logging;
 pub mod oci;

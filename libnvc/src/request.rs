@@ -246,6 +246,18 @@ pub enum RequestError {
         /// The item as written.
         item: String,
     },
+    /// A `cdi.k8s.io/` annotation item that is no CDI device name, or a `nvidia.com/gpu`
+    /// name that is no GPU.
+    #[error(
+        "annotation {annotation}: invalid CDI device {item:?} (expected vendor.com/class=name; \
+         nvidia.com/gpu takes an index, GPU-<uuid>, <gpu>:<mig> or all)"
+    )]
+    BadCdiAnnotation {
+        /// The annotation's key.
+        annotation: String,
+        /// The item as written.
+        item: String,
+    },
     /// An IMEX channel above [`MAX_IMEX_CHANNEL`].
     #[error("NVIDIA_IMEX_CHANNELS: channel {item:?} is too large (at most {MAX_IMEX_CHANNEL})")]
     ChannelTooLarge {
@@ -341,6 +353,43 @@ impl Request {
         })
     }
 
+    /// Reads a container's request from its environment and its spec's annotations.
+    ///
+    /// Besides [`Request::from_env`], the `cdi.k8s.io/<anything>` annotations (what
+    /// Kubernetes device plugins and CDI-aware engines set) may name devices as CDI
+    /// names, comma-separated: those of kind `nvidia.com/gpu` are the GPUs, names of
+    /// other kinds are left to their own runtimes. They are honoured when
+    /// `NVIDIA_VISIBLE_DEVICES` does not decide: it is unset, or set in an unprivileged
+    /// container whose variables the policy ignores (annotations come from the
+    /// orchestrator, not the image). `NVIDIA_VISIBLE_DEVICES=void` always wins: it is what
+    /// nvc's CDI spec sets once an engine has injected the devices itself.
+    pub fn from_container<'a, I: IntoIterator<Item = &'a str>>(
+        env: I,
+        annotations: &BTreeMap<String, String>,
+        policy: &RequestPolicy,
+    ) -> Result<Request, RequestError> {
+        let env: Vec<&str> = env.into_iter().collect();
+        let mut request = Request::from_env(env.iter().copied(), policy)?;
+        let visible = env
+            .iter()
+            .filter_map(|e| e.split_once('='))
+            .filter(|(k, _)| *k == VISIBLE_DEVICES)
+            .map(|(_, v)| v)
+            .next_back();
+        let honour_envvars = policy.privileged || policy.accept_envvar_unprivileged;
+        let env_decides = match visible {
+            None => false,
+            Some(v) => honour_envvars || items(v) == ["void"],
+        };
+        if env_decides {
+            return Ok(request);
+        }
+        if let Some(devices) = annotation_devices(annotations)? {
+            request.devices = devices;
+        }
+        Ok(request)
+    }
+
     /// Whether the container asked for GPU support at all; when not, nvc leaves it alone.
     pub fn wants_gpu_support(&self) -> bool {
         self.devices != DeviceSelection::NotRequested
@@ -355,6 +404,52 @@ impl Request {
             Ok(())
         }
     }
+}
+
+/// The prefix of the annotations that list CDI devices.
+pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
+
+/// The GPUs the `cdi.k8s.io/` annotations name, in annotation-key order; `None` when
+/// they name none of ours.
+fn annotation_devices(
+    annotations: &BTreeMap<String, String>,
+) -> Result<Option<DeviceSelection>, RequestError> {
+    let mut all = false;
+    let mut ids: Vec<DeviceId> = Vec::new();
+    let mut any = false;
+    for (key, value) in annotations.range(CDI_ANNOTATION_PREFIX.to_string()..) {
+        if !key.starts_with(CDI_ANNOTATION_PREFIX) {
+            break;
+        }
+        for item in items(value) {
+            let Some((kind, name)) = crate::cdi::split_qualified(item) else {
+                return Err(RequestError::BadCdiAnnotation {
+                    annotation: key.clone(),
+                    item: item.to_string(),
+                });
+            };
+            if kind != crate::cdi::KIND {
+                continue;
+            }
+            any = true;
+            if name == crate::cdi::ALL_DEVICE {
+                all = true;
+                continue;
+            }
+            let id = parse_device_id(name).map_err(|_| RequestError::BadCdiAnnotation {
+                annotation: key.clone(),
+                item: item.to_string(),
+            })?;
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    Ok(match (any, all) {
+        (false, _) => None,
+        (true, true) => Some(DeviceSelection::All),
+        (true, false) => Some(DeviceSelection::List(ids)),
+    })
 }
 
 /// Every `NVIDIA_REQUIRE_*` variable but the Jetson ones, sorted by name, then the one a
@@ -400,8 +495,22 @@ fn requests_something(value: &str) -> bool {
 
 const KEYWORDS: [&str; 3] = ["all", "none", "void"];
 
+/// A device list's items with CDI names mapped onto the plain forms:
+/// `nvidia.com/gpu=<name>` becomes `<name>`, and names of another kind
+/// (`vendor.com/x=…`) are dropped, as they are another runtime's to inject.
+fn ours(items: Vec<&str>) -> Vec<&str> {
+    items
+        .into_iter()
+        .filter_map(|item| match crate::cdi::split_qualified(item) {
+            Some((kind, name)) if kind == crate::cdi::KIND => Some(name.trim()),
+            Some(_) => None,
+            None => Some(item),
+        })
+        .collect()
+}
+
 fn parse_devices(variable: &'static str, value: &str) -> Result<DeviceSelection, RequestError> {
-    let items = items(value);
+    let items = ours(items(value));
     match items.as_slice() {
         [] | ["void"] => return Ok(DeviceSelection::NotRequested),
         ["none"] => return Ok(DeviceSelection::None),
@@ -1366,6 +1475,123 @@ mod tests {
             .unwrap()
             .verify_requirements(&OldDriver)
             .is_ok());
+    }
+
+    #[test]
+    fn cdi_names_in_visible_devices() {
+        let uuid = "GPU-fa4ed71e-0001-4e57-8fa4-ed71e0000001";
+        let cases: &[(&str, Result<DeviceSelection, &str>)] = &[
+            (
+                "nvidia.com/gpu=1",
+                Ok(DeviceSelection::List(vec![Index(1)])),
+            ),
+            ("nvidia.com/gpu=all", Ok(DeviceSelection::All)),
+            (
+                "nvidia.com/gpu=0, nvidia.com/gpu=GPU-FA4ED71E-0001-4E57-8FA4-ED71E0000001",
+                Ok(DeviceSelection::List(vec![Index(0), GpuUuid(uuid.into())])),
+            ),
+            (
+                "nvidia.com/gpu=0:1",
+                Ok(DeviceSelection::List(vec![MigIndex { gpu: 0, mig: 1 }])),
+            ),
+            // plain and CDI forms mix; duplicates collapse
+            (
+                "2,nvidia.com/gpu=2,nvidia.com/gpu=0",
+                Ok(DeviceSelection::List(vec![Index(2), Index(0)])),
+            ),
+            // another vendor's devices are not ours
+            ("vendor.com/x=1", Ok(DeviceSelection::NotRequested)),
+            (
+                "vendor.com/x=1,nvidia.com/gpu=1",
+                Ok(DeviceSelection::List(vec![Index(1)])),
+            ),
+            ("nvidia.com/gpu=bogus", Err("unknown device \"bogus\"")),
+            ("nvidia.com/gpu=all,1", Err("\"all\" cannot be combined")),
+            ("nvidia.com/tpu0=1", Ok(DeviceSelection::NotRequested)),
+        ];
+        for (value, want) in cases {
+            let got = req(&[&format!("NVIDIA_VISIBLE_DEVICES={value}")]).map(|r| r.devices);
+            match want {
+                Ok(w) => assert_eq!(got.as_ref(), Ok(w), "{value:?}"),
+                Err(text) => {
+                    let msg = got.unwrap_err().to_string();
+                    assert!(msg.contains(text), "{value:?}: {msg}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cdi_annotations_select_gpus() {
+        let ann = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let from = |env: &[&str], a: &BTreeMap<String, String>, p: &RequestPolicy| {
+            Request::from_container(env.iter().copied(), a, p).map(|r| r.devices)
+        };
+        let default = RequestPolicy::default();
+        let gpu0 = ann(&[("cdi.k8s.io/x", "nvidia.com/gpu=0")]);
+        assert_eq!(
+            from(&[], &gpu0, &default),
+            Ok(DeviceSelection::List(vec![Index(0)]))
+        );
+        // several annotations, in key order; other kinds and other prefixes ignored
+        let many = ann(&[
+            ("cdi.k8s.io/b", "nvidia.com/gpu=2, vendor.com/nic=eth1"),
+            ("cdi.k8s.io/a", "nvidia.com/gpu=1"),
+            ("io.kubernetes.cri.x", "nvidia.com/gpu=0"),
+            ("cdi.k8s.iox", "nvidia.com/gpu=0"),
+        ]);
+        assert_eq!(
+            from(&[], &many, &default),
+            Ok(DeviceSelection::List(vec![Index(1), Index(2)]))
+        );
+        let all = ann(&[
+            ("cdi.k8s.io/a", "nvidia.com/gpu=1"),
+            ("cdi.k8s.io/b", "nvidia.com/gpu=all"),
+        ]);
+        assert_eq!(from(&[], &all, &default), Ok(DeviceSelection::All));
+        // only other vendors' devices: not a GPU container
+        let nic = ann(&[("cdi.k8s.io/a", "vendor.com/nic=eth1")]);
+        assert_eq!(from(&[], &nic, &default), Ok(DeviceSelection::NotRequested));
+        // the variable decides when set and honoured...
+        assert_eq!(
+            from(&["NVIDIA_VISIBLE_DEVICES=1"], &gpu0, &default),
+            Ok(DeviceSelection::List(vec![Index(1)]))
+        );
+        // ...and void, what nvc's CDI spec sets, always wins
+        let strict = RequestPolicy {
+            accept_envvar_unprivileged: false,
+            ..RequestPolicy::default()
+        };
+        for policy in [&default, &strict] {
+            assert_eq!(
+                from(&["NVIDIA_VISIBLE_DEVICES=void"], &gpu0, policy),
+                Ok(DeviceSelection::NotRequested)
+            );
+        }
+        // an ignored variable leaves the choice to the annotations
+        assert_eq!(
+            from(&["NVIDIA_VISIBLE_DEVICES=all"], &gpu0, &strict),
+            Ok(DeviceSelection::List(vec![Index(0)]))
+        );
+        // a legacy image's implied all gives way to the annotations
+        assert_eq!(
+            from(&["CUDA_VERSION=12.4"], &gpu0, &default),
+            Ok(DeviceSelection::List(vec![Index(0)]))
+        );
+        for bad in ["nvidia.com/gpu=bogus", "0", "nvidia.com/gpu=none"] {
+            let err = from(&[], &ann(&[("cdi.k8s.io/x", bad)]), &default).unwrap_err();
+            assert!(
+                err.to_string().starts_with(&format!(
+                    "annotation cdi.k8s.io/x: invalid CDI device {bad:?}"
+                )),
+                "{err}"
+            );
+        }
     }
 
     #[test]

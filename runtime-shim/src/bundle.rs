@@ -53,8 +53,13 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
             path: source.path.to_path_buf(),
             source: e,
         })?;
-    let request = Request::from_env(view.env.iter().map(String::as_str), &policy)
-        .map_err(ShimError::Request)?;
+    // The environment, or the `cdi.k8s.io/` annotations naming `nvidia.com/gpu` devices.
+    let request = Request::from_container(
+        view.env.iter().map(String::as_str),
+        &view.annotations,
+        &policy,
+    )
+    .map_err(ShimError::Request)?;
     if !request.wants_gpu_support() {
         log::debug!("{}: no GPU asked for; left alone", spec_path.display());
         return Ok(());

@@ -11,6 +11,7 @@ mod bundle;
 mod catalog;
 mod compile;
 mod devices;
+mod engines;
 mod error;
 mod harness;
 mod proc_tree;
@@ -26,6 +27,10 @@ pub use devices::{
     mig_cap_minor, FakeDeviceNode, FakeMigCap, FABRIC_IMEX_MGMT_MINOR, NVIDIACTL_MINOR,
     NVIDIA_CAPS_IMEX_MAJOR, NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_MODESET_MINOR,
     NVIDIA_UVM_MAJOR,
+};
+pub use engines::{
+    engine_path, find_program, oci_archive, remove_cgroups, run_command, Containerd, Dockerd,
+    EngineError, Podman, CGROUP_PREFIX, ENGINE_TIMEOUT, MASKED_DIRS, START_TIMEOUT,
 };
 pub use error::FakeError;
 pub use harness::{

@@ -1,0 +1,217 @@
+//! `nvc cdi generate` and `nvc cdi list`: CDI specs for this host's GPUs
+//! (`libnvc::cdi`), for engines that inject devices themselves (Podman, containerd and
+//! CRI-O with CDI enabled).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand, ValueEnum};
+use libnvc::cdi::{self, Format, GenerateOptions, NameStrategy, Spec};
+use libnvc::discover::{self, DriverRoots};
+use nvc_config::Config;
+
+/// `nvc cdi` subcommands.
+#[derive(Subcommand)]
+pub enum CdiCommand {
+    /// Write a CDI spec for this host's GPUs (to stdout, or to --output).
+    Generate(GenerateArgs),
+    /// List the fully qualified CDI device names, one per line: those the generated spec
+    /// would have, or those of --spec.
+    List(ListArgs),
+}
+
+/// A spec file's format on the command line.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+/// How devices are named, on the command line.
+#[derive(Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum StrategyArg {
+    /// By index: nvidia.com/gpu=0.
+    #[default]
+    Index,
+    /// By UUID: nvidia.com/gpu=GPU-….
+    Uuid,
+    /// Both names for every GPU.
+    Both,
+}
+
+impl From<StrategyArg> for NameStrategy {
+    fn from(s: StrategyArg) -> Self {
+        match s {
+            StrategyArg::Index => NameStrategy::Index,
+            StrategyArg::Uuid => NameStrategy::Uuid,
+            StrategyArg::Both => NameStrategy::Both,
+        }
+    }
+}
+
+/// `nvc cdi generate`.
+#[derive(Args)]
+pub struct GenerateArgs {
+    /// Write the spec to FILE (replaced atomically), e.g. /etc/cdi/nvidia.yaml.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The format; by default from the --output extension (.json, .yaml, .yml), YAML on
+    /// stdout.
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// How GPU devices are named.
+    #[arg(long, value_enum, default_value_t)]
+    pub device_name_strategy: StrategyArg,
+}
+
+/// `nvc cdi list`.
+#[derive(Args)]
+pub struct ListArgs {
+    /// Read the device names from this spec file instead of this host's driver.
+    #[arg(long, value_name = "FILE")]
+    pub spec: Option<PathBuf>,
+    /// How GPU devices are named (without --spec).
+    #[arg(long, value_enum, default_value_t)]
+    pub device_name_strategy: StrategyArg,
+}
+
+impl std::fmt::Display for StrategyArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(NameStrategy::from(*self).name())
+    }
+}
+
+/// Why a CDI command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CdiError {
+    /// The configuration could not be loaded.
+    #[error(transparent)]
+    Config(#[from] nvc_config::ConfigError),
+    /// The driver could not be discovered.
+    #[error(transparent)]
+    Discover(#[from] discover::DiscoverError),
+    /// The spec could not be made or read.
+    #[error(transparent)]
+    Spec(#[from] cdi::CdiError),
+    /// The spec file read is not a spec.
+    #[error("cannot read the CDI spec {path}")]
+    BadSpecFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: cdi::CdiError,
+    },
+    /// The output's format cannot be told from its name.
+    #[error("cannot tell the format of {0} from its extension: name it .json, .yaml or .yml, or pass --format")]
+    UnknownFormat(PathBuf),
+    /// A file operation failed.
+    #[error("cannot {op} {path}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io_error(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CdiError {
+    let path = path.to_path_buf();
+    move |source| CdiError::Io { op, path, source }
+}
+
+/// Runs an `nvc cdi` subcommand.
+pub fn run(command: &CdiCommand) -> Result<(), CdiError> {
+    match command {
+        CdiCommand::Generate(args) => generate(args),
+        CdiCommand::List(args) => list(args),
+    }
+}
+
+/// The spec for this host, per the configuration.
+fn host_spec(strategy: StrategyArg) -> Result<Spec, CdiError> {
+    let (config, _) = Config::load_from_env()?;
+    libnvc::logging::init(&config.log, "nvc");
+    let driver = discover::discover(&DriverRoots::from_config(&config.driver))?;
+    let options = GenerateOptions {
+        strategy: strategy.into(),
+        ..GenerateOptions::new(&config.hook.path)
+    };
+    Ok(cdi::generate(&driver, &options)?)
+}
+
+fn generate(args: &GenerateArgs) -> Result<(), CdiError> {
+    let format = match (args.format, &args.output) {
+        (Some(FormatArg::Json), _) => Format::Json,
+        (Some(FormatArg::Yaml), _) => Format::Yaml,
+        (None, None) => Format::Yaml,
+        (None, Some(path)) => {
+            Format::from_path(path).ok_or_else(|| CdiError::UnknownFormat(path.clone()))?
+        }
+    };
+    let text = host_spec(args.device_name_strategy)?.to_string_as(format)?;
+    match &args.output {
+        None => std::io::stdout()
+            .write_all(text.as_bytes())
+            .map_err(io_error("write", Path::new("stdout"))),
+        Some(path) => write_atomic(path, text.as_bytes()),
+    }
+}
+
+fn list(args: &ListArgs) -> Result<(), CdiError> {
+    let spec = match &args.spec {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(io_error("read", path))?;
+            Spec::parse(&text).map_err(|source| CdiError::BadSpecFile {
+                path: path.clone(),
+                source,
+            })?
+        }
+        None => host_spec(args.device_name_strategy)?,
+    };
+    let mut out = String::new();
+    for name in spec.qualified_names() {
+        out.push_str(&name);
+        out.push('\n');
+    }
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .map_err(io_error("write", Path::new("stdout")))
+}
+
+/// Replaces `path` with `data` (mode 0644): a temporary file in the same folder, synced,
+/// then renamed, so an engine watching the folder never reads half a spec.
+fn write_atomic(path: &Path, data: &[u8]) -> Result<(), CdiError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).map_err(io_error("create directory", &dir))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // A leading dot: CDI registries only read *.json and *.yaml, but be sure.
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)
+            .map_err(io_error("create", &tmp))?;
+        file.write_all(data).map_err(io_error("write", &tmp))?;
+        file.sync_all().map_err(io_error("sync", &tmp))?;
+        std::fs::rename(&tmp, path).map_err(io_error("replace", path))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}

@@ -1,0 +1,692 @@
+//! Container Device Interface (CDI) specs for the host's GPUs.
+//!
+//! [`generate`] turns a discovered [`Driver`] into one CDI spec of kind `nvidia.com/gpu`:
+//! one device per GPU (named by index, UUID or both, see [`NameStrategy`]), one per MIG
+//! device (`<gpu>:<mig>`), and `all`. Each device carries its own device nodes; what every
+//! GPU container needs whichever GPUs it gets (the control nodes, the driver's files as
+//! bind mounts, and the hooks that make its soname links and update its ld.so.cache)
+//! sits in the spec-level `containerEdits`, which CDI applies once for any device of the
+//! spec. The edits come from [`crate::edits::compute`], the same computation the
+//! runtime shim and the prestart hook use.
+//!
+//! Links and the ld.so.cache cannot be expressed as CDI edits, so the spec asks the
+//! container engine to run `nvc-hook` as `createContainer` hooks ([`hooks`]) with
+//! explicit arguments: everything they do is written in the spec.
+//!
+//! The spec is `cdiVersion` [`CDI_VERSION`] (0.5.0: device names may start with a digit
+//! and device nodes carry `hostPath`; Podman 4.3, Debian 12's, reads up to 0.5.0).
+//! Output is deterministic: the same host gives the same bytes.
+
+pub mod hooks;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::caps::{Capability, CapabilitySet};
+use crate::discover::{self, Driver};
+use crate::edits::{self, ContainerLayout, EditsError};
+use crate::request::{ChannelSelection, DeviceSelection, Request};
+
+/// The CDI specification version written.
+pub const CDI_VERSION: &str = "0.5.0";
+/// The vendor part of the kind.
+pub const VENDOR: &str = "nvidia.com";
+/// The class part of the kind.
+pub const CLASS: &str = "gpu";
+/// The kind of the spec: `<vendor>/<class>`. A fully qualified device name is
+/// `nvidia.com/gpu=<name>`.
+pub const KIND: &str = "nvidia.com/gpu";
+/// The name of the device that holds every GPU.
+pub const ALL_DEVICE: &str = "all";
+/// The hooks' whole environment: a fixed PATH, nothing from the container or the caller.
+pub const HOOK_ENV_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// The OCI hook stage the spec's hooks run in: in the container's mount namespace, after
+/// the runtime made the mounts and before `pivot_root` (see [`hooks`]).
+pub const HOOK_STAGE: &str = "createContainer";
+/// Set in every container that gets devices from the spec, so that nvc's shim and NVIDIA's
+/// legacy hook, seeing a CUDA image's `NVIDIA_VISIBLE_DEVICES=all`, do not inject the
+/// driver a second time.
+pub const VISIBLE_DEVICES_VOID: &str = "NVIDIA_VISIBLE_DEVICES=void";
+
+/// How GPU devices are named in the spec.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NameStrategy {
+    /// By index, as nvidia-smi numbers them: `nvidia.com/gpu=0`.
+    #[default]
+    Index,
+    /// By UUID: `nvidia.com/gpu=GPU-…`.
+    Uuid,
+    /// Both: two devices per GPU with the same edits.
+    Both,
+}
+
+impl NameStrategy {
+    /// The names of every strategy, as the command line takes them.
+    pub const NAMES: [&'static str; 3] = ["index", "uuid", "both"];
+
+    /// The strategy's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            NameStrategy::Index => "index",
+            NameStrategy::Uuid => "uuid",
+            NameStrategy::Both => "both",
+        }
+    }
+}
+
+impl fmt::Display for NameStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is no [`NameStrategy`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown device name strategy {0:?} (expected index, uuid or both)")]
+pub struct UnknownStrategy(pub String);
+
+impl FromStr for NameStrategy {
+    type Err = UnknownStrategy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "index" => Ok(NameStrategy::Index),
+            "uuid" => Ok(NameStrategy::Uuid),
+            "both" => Ok(NameStrategy::Both),
+            other => Err(UnknownStrategy(other.to_string())),
+        }
+    }
+}
+
+/// A serialization format of a spec file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// JSON, pretty-printed.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+impl Format {
+    /// The format a file name implies: `.json`, or `.yaml`/`.yml`; `None` for others.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        match path.extension()?.to_str()? {
+            "json" => Some(Format::Json),
+            "yaml" | "yml" => Some(Format::Yaml),
+            _ => None,
+        }
+    }
+}
+
+/// What [`generate`] needs besides the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenerateOptions {
+    /// The `nvc-hook` binary on the host, absolute: the engine runs it by this path.
+    pub hook_path: PathBuf,
+    /// How GPUs are named.
+    pub strategy: NameStrategy,
+    /// Where libraries go in the container.
+    pub layout: ContainerLayout,
+}
+
+impl GenerateOptions {
+    /// Index names and Debian's library folders, with the hook at `hook_path`.
+    pub fn new(hook_path: impl Into<PathBuf>) -> Self {
+        GenerateOptions {
+            hook_path: hook_path.into(),
+            strategy: NameStrategy::default(),
+            layout: ContainerLayout::debian(),
+        }
+    }
+}
+
+/// Why a spec could not be made, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CdiError {
+    /// The hook path is relative: CDI hooks run by absolute path.
+    #[error("the hook path {0} is not absolute (set hook.path in the nvc config to the absolute path of nvc-hook)")]
+    RelativeHookPath(PathBuf),
+    /// A path that a spec cannot hold as a string.
+    #[error("{0} is not valid UTF-8 and cannot go into a CDI spec")]
+    NotUtf8(PathBuf),
+    /// The driver's edits could not be computed.
+    #[error("cannot compute the driver's container edits")]
+    Edits(#[source] EditsError),
+    /// Writing JSON failed.
+    #[error("cannot serialize the CDI spec as JSON")]
+    Json(#[source] serde_json::Error),
+    /// Writing YAML failed.
+    #[error("cannot serialize the CDI spec as YAML")]
+    Yaml(#[source] serde_norway::Error),
+    /// A spec file is not a CDI spec.
+    #[error("invalid CDI spec")]
+    Parse(#[source] serde_norway::Error),
+    /// A spec file is not valid JSON.
+    #[error("invalid CDI spec")]
+    ParseJson(#[source] serde_json::Error),
+}
+
+/// A CDI spec file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Spec {
+    /// The CDI version, [`CDI_VERSION`].
+    pub cdi_version: String,
+    /// `nvidia.com/gpu`.
+    pub kind: String,
+    /// The devices.
+    #[serde(default)]
+    pub devices: Vec<Device>,
+    /// Edits applied once whenever any device of the spec is used.
+    #[serde(default, skip_serializing_if = "ContainerEdits::is_empty")]
+    pub container_edits: ContainerEdits,
+}
+
+/// One named device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Device {
+    /// The name, unqualified: `0`, `GPU-…`, `0:1`, `all`.
+    pub name: String,
+    /// What using the device adds to a container.
+    pub container_edits: ContainerEdits,
+}
+
+/// CDI's `containerEdits`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerEdits {
+    /// `KEY=VALUE`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    /// Device nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_nodes: Vec<DeviceNode>,
+    /// OCI hooks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<Hook>,
+    /// Bind mounts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<Mount>,
+}
+
+impl ContainerEdits {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        *self == ContainerEdits::default()
+    }
+}
+
+/// CDI's `deviceNode`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceNode {
+    /// The node's path in the container.
+    pub path: String,
+    /// The node on the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<String>,
+    /// `c` for a character device.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The major number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub major: Option<i64>,
+    /// The minor number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<i64>,
+    /// The permission bits of the node the runtime makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_mode: Option<u32>,
+    /// The owner of the node the runtime makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// The group of the node the runtime makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+}
+
+/// CDI's `hook`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Hook {
+    /// The OCI stage, [`HOOK_STAGE`].
+    pub hook_name: String,
+    /// The executable, absolute, on the host.
+    pub path: String,
+    /// Its argv, `args[0]` included.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Its whole environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+}
+
+/// CDI's `mount`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mount {
+    /// The file on the host.
+    pub host_path: String,
+    /// Where it goes in the container.
+    pub container_path: String,
+    /// OCI mount options.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+}
+
+impl Spec {
+    /// The fully qualified names of the devices, in the spec's order:
+    /// `nvidia.com/gpu=0`, …, `nvidia.com/gpu=all`.
+    pub fn qualified_names(&self) -> Vec<String> {
+        self.devices
+            .iter()
+            .map(|d| format!("{}={}", self.kind, d.name))
+            .collect()
+    }
+
+    /// The spec in `format`, ending with a newline.
+    pub fn to_string_as(&self, format: Format) -> Result<String, CdiError> {
+        match format {
+            Format::Json => {
+                let mut s = serde_json::to_string_pretty(self).map_err(CdiError::Json)?;
+                s.push('\n');
+                Ok(s)
+            }
+            Format::Yaml => serde_norway::to_string(self).map_err(CdiError::Yaml),
+        }
+    }
+
+    /// Reads a spec from JSON or YAML text (JSON when it starts with `{`).
+    pub fn parse(text: &str) -> Result<Spec, CdiError> {
+        if text.trim_start().starts_with('{') {
+            serde_json::from_str(text).map_err(CdiError::ParseJson)
+        } else {
+            serde_norway::from_str(text).map_err(CdiError::Parse)
+        }
+    }
+}
+
+/// The capabilities a spec covers: every one but `compat32`. A CDI device has no notion
+/// of driver capabilities, so the spec gives what any GPU workload may need; the 32-bit
+/// libraries are left out because the ld.so.cache hook writes 64-bit entries only.
+pub fn spec_capabilities() -> CapabilitySet {
+    Capability::ALL
+        .into_iter()
+        .filter(|c| *c != Capability::Compat32)
+        .collect()
+}
+
+fn utf8(path: &Path) -> Result<String, CdiError> {
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| CdiError::NotUtf8(path.to_path_buf()))
+}
+
+fn device_node(node: &discover::DeviceNode) -> Result<DeviceNode, CdiError> {
+    Ok(DeviceNode {
+        path: utf8(&node.path)?,
+        host_path: Some(utf8(&node.host_path)?),
+        kind: Some("c".to_string()),
+        major: Some(i64::from(node.major)),
+        minor: Some(i64::from(node.minor)),
+        file_mode: Some(node.file_mode & 0o777),
+        uid: Some(node.uid),
+        gid: Some(node.gid),
+    })
+}
+
+fn nodes(list: &[&discover::DeviceNode]) -> Result<Vec<DeviceNode>, CdiError> {
+    let mut out: Vec<DeviceNode> = Vec::new();
+    for node in list {
+        let node = device_node(node)?;
+        if !out.iter().any(|n| n.path == node.path) {
+            out.push(node);
+        }
+    }
+    Ok(out)
+}
+
+/// The request whose edits are the spec-level ones: the driver's files and control
+/// nodes for every capability the spec covers, and no GPU.
+fn driver_request() -> Request {
+    Request {
+        devices: DeviceSelection::None,
+        capabilities: spec_capabilities(),
+        requirements: Vec::new(),
+        check_requirements: false,
+        mig_config: DeviceSelection::NotRequested,
+        mig_monitor: DeviceSelection::NotRequested,
+        imex_channels: ChannelSelection::None,
+        legacy_image: false,
+    }
+}
+
+/// The CDI spec for `driver`'s GPUs.
+pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiError> {
+    if !options.hook_path.is_absolute() {
+        return Err(CdiError::RelativeHookPath(options.hook_path.clone()));
+    }
+    let edits =
+        edits::compute(driver, &driver_request(), &options.layout).map_err(CdiError::Edits)?;
+
+    let mut devices = Vec::new();
+    let mut all_nodes: Vec<&discover::DeviceNode> = Vec::new();
+    for gpu in &driver.gpus {
+        let device_edits = ContainerEdits {
+            device_nodes: nodes(&[&gpu.node])?,
+            ..ContainerEdits::default()
+        };
+        let names: Vec<String> = match options.strategy {
+            NameStrategy::Index => vec![gpu.index.to_string()],
+            NameStrategy::Uuid => vec![gpu.uuid.clone()],
+            NameStrategy::Both => vec![gpu.index.to_string(), gpu.uuid.clone()],
+        };
+        for name in names {
+            devices.push(Device {
+                name,
+                container_edits: device_edits.clone(),
+            });
+        }
+        all_nodes.push(&gpu.node);
+    }
+    // MIG devices are named by index under every strategy: discovery does not know
+    // their UUIDs.
+    for gpu in &driver.gpus {
+        for mig in &gpu.mig {
+            let mut list = vec![&gpu.node];
+            list.extend(mig.caps.iter());
+            devices.push(Device {
+                name: format!("{}:{}", gpu.index, mig.index),
+                container_edits: ContainerEdits {
+                    device_nodes: nodes(&list)?,
+                    ..ContainerEdits::default()
+                },
+            });
+            all_nodes.extend(mig.caps.iter());
+        }
+    }
+    devices.push(Device {
+        name: ALL_DEVICE.to_string(),
+        container_edits: ContainerEdits {
+            device_nodes: nodes(&all_nodes)?,
+            ..ContainerEdits::default()
+        },
+    });
+
+    let control: Vec<&discover::DeviceNode> = edits.device_nodes.iter().collect();
+    let mut mounts = Vec::new();
+    for m in &edits.mounts {
+        mounts.push(Mount {
+            host_path: utf8(&m.host_path)?,
+            container_path: utf8(&m.container_path)?,
+            options: m.options.clone(),
+        });
+    }
+    let mut spec_hooks = Vec::new();
+    let hook_path = utf8(&options.hook_path)?;
+    let links: Vec<hooks::Link> = edits
+        .symlinks
+        .iter()
+        .map(|s| hooks::Link {
+            target: s.target.clone(),
+            link: s.link.clone(),
+        })
+        .collect();
+    let mut wanted = Vec::new();
+    if !links.is_empty() {
+        wanted.push(hooks::CdiHook::Links(links));
+    }
+    if !edits.ldcache_dirs.is_empty() {
+        wanted.push(hooks::CdiHook::UpdateLdcache(edits.ldcache_dirs.clone()));
+    }
+    for hook in wanted {
+        spec_hooks.push(Hook {
+            hook_name: HOOK_STAGE.to_string(),
+            path: hook_path.clone(),
+            args: hook.args()?,
+            env: vec![HOOK_ENV_PATH.to_string()],
+        });
+    }
+
+    Ok(Spec {
+        cdi_version: CDI_VERSION.to_string(),
+        kind: KIND.to_string(),
+        devices,
+        container_edits: ContainerEdits {
+            env: vec![VISIBLE_DEVICES_VOID.to_string()],
+            device_nodes: nodes(&control)?,
+            hooks: spec_hooks,
+            mounts,
+        },
+    })
+}
+
+/// Splits a fully qualified CDI device name `vendor.com/class=name` into its kind and
+/// name; `None` when `s` is not one (no `=`, or no `/` before it).
+pub fn split_qualified(s: &str) -> Option<(&str, &str)> {
+    let (kind, name) = s.split_once('=')?;
+    let (vendor, class) = kind.split_once('/')?;
+    if vendor.is_empty() || class.is_empty() {
+        return None;
+    }
+    Some((kind, name))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn strategies_parse_and_show() {
+        for name in NameStrategy::NAMES {
+            assert_eq!(name.parse::<NameStrategy>().unwrap().to_string(), name);
+        }
+        assert_eq!(
+            "UUID".parse::<NameStrategy>().unwrap_err().to_string(),
+            "unknown device name strategy \"UUID\" (expected index, uuid or both)"
+        );
+        assert_eq!(NameStrategy::default(), NameStrategy::Index);
+    }
+
+    #[test]
+    fn formats_from_extensions() {
+        let cases = [
+            ("a.json", Some(Format::Json)),
+            ("/etc/cdi/nvidia.yaml", Some(Format::Yaml)),
+            ("x.yml", Some(Format::Yaml)),
+            ("x.toml", None),
+            ("noext", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(Format::from_path(Path::new(path)), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn qualified_names_split() {
+        let cases = [
+            ("nvidia.com/gpu=0", Some(("nvidia.com/gpu", "0"))),
+            ("nvidia.com/gpu=all", Some(("nvidia.com/gpu", "all"))),
+            ("vendor.com/x=a=b", Some(("vendor.com/x", "a=b"))),
+            ("nvidia.com/gpu=", Some(("nvidia.com/gpu", ""))),
+            ("0", None),
+            ("GPU-1234", None),
+            ("a=b", None),
+            ("/gpu=0", None),
+            ("nvidia.com/=0", None),
+        ];
+        for (s, want) in cases {
+            assert_eq!(split_qualified(s), want, "{s}");
+        }
+    }
+
+    fn node(path: &str, major: u32, minor: u32) -> discover::DeviceNode {
+        discover::DeviceNode {
+            path: PathBuf::from(path),
+            host_path: PathBuf::from("/host").join(path.trim_start_matches('/')),
+            major,
+            minor,
+            file_mode: 0o100666,
+            uid: 0,
+            gid: 0,
+            on_host: true,
+        }
+    }
+
+    /// Two GPUs whose minors are not their indices, the second in MIG mode; no files.
+    fn driver() -> Driver {
+        let gpu = |index: u32, minor: u32| discover::Gpu {
+            index,
+            uuid: format!("GPU-00000000-0000-0000-0000-00000000000{index}"),
+            bus_id: format!("0000:0{index}:00.0"),
+            minor,
+            model: "Fake".into(),
+            node: node(&format!("/dev/nvidia{minor}"), 195, minor),
+            mig: Vec::new(),
+        };
+        let mut second = gpu(1, 0);
+        second.mig = vec![discover::MigDevice {
+            index: 0,
+            gi: 1,
+            ci: 0,
+            caps: vec![
+                node("/dev/nvidia-caps/nvidia-cap21", 241, 21),
+                node("/dev/nvidia-caps/nvidia-cap22", 241, 22),
+            ],
+        }];
+        Driver {
+            roots: discover::DriverRoots {
+                root: "/".into(),
+                dev_root: "/".into(),
+                proc_root: "/proc".into(),
+            },
+            version: "999.88.77".into(),
+            gpus: vec![gpu(0, 3), second],
+            libraries: Vec::new(),
+            binaries: Vec::new(),
+            firmware: Vec::new(),
+            files: Vec::new(),
+            ipc: Vec::new(),
+            control_nodes: vec![node("/dev/nvidiactl", 195, 255)],
+            mig_config: None,
+            mig_monitor: None,
+            imex_channels: Vec::new(),
+        }
+    }
+
+    fn node_names(edits: &ContainerEdits) -> Vec<String> {
+        edits
+            .device_nodes
+            .iter()
+            .map(|n| format!("{} {}:{}", n.path, n.major.unwrap(), n.minor.unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn generate_names_devices_and_splits_edits() {
+        let d = driver();
+        let mut options = GenerateOptions::new("/usr/bin/nvc-hook");
+        let spec = generate(&d, &options).unwrap();
+        let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["0", "1", "1:0", "all"]);
+        assert_eq!(
+            node_names(&spec.devices[0].container_edits),
+            ["/dev/nvidia3 195:3"]
+        );
+        assert_eq!(
+            node_names(&spec.devices[2].container_edits),
+            [
+                "/dev/nvidia0 195:0",
+                "/dev/nvidia-caps/nvidia-cap21 241:21",
+                "/dev/nvidia-caps/nvidia-cap22 241:22"
+            ]
+        );
+        assert_eq!(
+            node_names(&spec.devices[3].container_edits),
+            [
+                "/dev/nvidia3 195:3",
+                "/dev/nvidia0 195:0",
+                "/dev/nvidia-caps/nvidia-cap21 241:21",
+                "/dev/nvidia-caps/nvidia-cap22 241:22"
+            ]
+        );
+        let node = &spec.devices[0].container_edits.device_nodes[0];
+        assert_eq!(node.file_mode, Some(0o666));
+        assert_eq!(node.host_path.as_deref(), Some("/host/dev/nvidia3"));
+        assert_eq!(
+            node_names(&spec.container_edits),
+            ["/dev/nvidiactl 195:255"]
+        );
+        assert_eq!(spec.container_edits.env, [VISIBLE_DEVICES_VOID]);
+        // no library, so no hook
+        assert!(spec.container_edits.hooks.is_empty());
+        assert_eq!(generate(&d, &options).unwrap(), spec);
+
+        options.strategy = NameStrategy::Uuid;
+        let uuid = generate(&d, &options).unwrap();
+        assert_eq!(
+            uuid.qualified_names(),
+            [
+                "nvidia.com/gpu=GPU-00000000-0000-0000-0000-000000000000",
+                "nvidia.com/gpu=GPU-00000000-0000-0000-0000-000000000001",
+                "nvidia.com/gpu=1:0",
+                "nvidia.com/gpu=all"
+            ]
+        );
+        options.strategy = NameStrategy::Both;
+        assert_eq!(generate(&d, &options).unwrap().devices.len(), 6);
+
+        let err = generate(&d, &GenerateOptions::new("nvc-hook")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the hook path nvc-hook is not absolute (set hook.path in the nvc config to the absolute path of nvc-hook)"
+        );
+    }
+
+    #[test]
+    fn spec_round_trips_through_both_formats() {
+        let spec = Spec {
+            cdi_version: CDI_VERSION.into(),
+            kind: KIND.into(),
+            devices: vec![Device {
+                name: "0".into(),
+                container_edits: ContainerEdits {
+                    device_nodes: vec![DeviceNode {
+                        path: "/dev/nvidia0".into(),
+                        host_path: Some("/dev/nvidia0".into()),
+                        kind: Some("c".into()),
+                        major: Some(195),
+                        minor: Some(0),
+                        file_mode: Some(0o666),
+                        uid: Some(0),
+                        gid: Some(0),
+                    }],
+                    ..ContainerEdits::default()
+                },
+            }],
+            container_edits: ContainerEdits {
+                env: vec![VISIBLE_DEVICES_VOID.into()],
+                hooks: vec![Hook {
+                    hook_name: HOOK_STAGE.into(),
+                    path: "/usr/bin/nvc-hook".into(),
+                    args: vec!["nvc-hook".into(), "update-ldcache".into()],
+                    env: vec![HOOK_ENV_PATH.into()],
+                }],
+                ..ContainerEdits::default()
+            },
+        };
+        for format in [Format::Json, Format::Yaml] {
+            let text = spec.to_string_as(format).unwrap();
+            assert_eq!(Spec::parse(&text).unwrap(), spec, "{text}");
+        }
+        let yaml = spec.to_string_as(Format::Yaml).unwrap();
+        // a name of digits stays a string in YAML
+        assert!(yaml.contains("name: '0'"), "{yaml}");
+        assert_eq!(spec.qualified_names(), ["nvidia.com/gpu=0"]);
+    }
+}

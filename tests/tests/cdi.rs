@@ -1,0 +1,861 @@
+//! CDI: `nvc cdi generate` and `nvc cdi list` on fake driver trees, the spec applied by
+//! real consumers (runc with the spec's edits applied as an engine applies them, and
+//! Podman 4.3 reading it from its CDI folder) with `nvc-hook`'s createContainer hooks,
+//! and the shim honouring CDI names in `NVIDIA_VISIBLE_DEVICES` and `cdi.k8s.io/`
+//! annotations. Needs root (fake trees have device nodes; containers need runc).
+
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use libnvc::cdi::Spec;
+use nvc_tests::{
+    nvc_config_for, require_root, runc_path, tree_digest, workspace_bin, Bundle, FakeDriver,
+    FakeDriverSpec, FakeGpu, Outcome, RootfsSpec, Runtime, TestRootfs,
+};
+use serde_json::{json, Value};
+
+const LIB: &str = "/usr/lib/x86_64-linux-gnu";
+const HOOK_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+const LIST_NODES: &str =
+    "for n in /dev/nvidia*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; true";
+
+/// A fake driver and an nvc config pointing at it.
+struct Host {
+    dir: tempfile::TempDir,
+    fake: FakeDriver,
+    config: PathBuf,
+}
+
+impl Host {
+    fn new() -> Host {
+        Host::with(FakeDriverSpec::default())
+    }
+
+    fn with(spec: FakeDriverSpec) -> Host {
+        require_root("fake driver trees have device nodes; containers need runc");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("driver")).unwrap();
+        let fake = spec.build(&dir.path().join("driver")).unwrap();
+        let config = nvc_config_for(&fake, dir.path()).unwrap();
+        Host { dir, fake, config }
+    }
+
+    /// `nvc <args>` with this host's config.
+    fn nvc(&self, args: &[&str]) -> Output {
+        Command::new(workspace_bin("nvc"))
+            .args(args)
+            .env("NVC_CONFIG", &self.config)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// `nvc <args>`'s stdout; panics with stderr when it fails.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.nvc(args);
+        assert!(
+            out.status.success(),
+            "nvc {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn gpus_in_bus_order(&self) -> Vec<FakeGpu> {
+        self.fake
+            .spec
+            .gpus_in_bus_order()
+            .into_iter()
+            .cloned()
+            .collect()
+    }
+
+    /// A test rootfs in this host's folder, with the mount point of the fake proc tree.
+    fn rootfs(&self, name: &str) -> TestRootfs {
+        let rootfs = RootfsSpec::default()
+            .build(&self.dir.path().join(name))
+            .unwrap();
+        std::fs::create_dir_all(rootfs.path.join("run/fake-proc")).unwrap();
+        rootfs
+    }
+}
+
+fn names(spec: &Value) -> Vec<String> {
+    spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The device nodes of a containerEdits as "path major:minor".
+fn spec_nodes(edits: &Value) -> Vec<String> {
+    edits["deviceNodes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|n| {
+                    format!(
+                        "{} {}:{}",
+                        n["path"].as_str().unwrap(),
+                        n["major"],
+                        n["minor"]
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn device<'a>(spec: &'a Value, name: &str) -> &'a Value {
+    spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == name)
+        .unwrap_or_else(|| panic!("no device {name} in {spec:#}"))
+}
+
+#[test]
+fn generated_spec_describes_the_fake_driver() {
+    let h = Host::new();
+    let text = h.ok(&["cdi", "generate", "--format", "json"]);
+    let spec: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(spec["cdiVersion"], "0.5.0");
+    assert_eq!(spec["kind"], "nvidia.com/gpu");
+    assert_eq!(names(&spec), ["0", "1", "2", "all"]);
+
+    // one node per GPU, with the numbers of its /dev/nvidia<minor>, in bus order
+    let gpus = h.gpus_in_bus_order();
+    let mut all = Vec::new();
+    for (i, g) in gpus.iter().enumerate() {
+        let want = format!("/dev/nvidia{} 195:{}", g.minor, g.minor);
+        let d = device(&spec, &i.to_string());
+        assert_eq!(
+            spec_nodes(&d["containerEdits"]),
+            std::slice::from_ref(&want)
+        );
+        let node = &d["containerEdits"]["deviceNodes"][0];
+        assert_eq!(node["type"], "c");
+        assert_eq!(
+            node["hostPath"],
+            json!(h.fake.dev_root.join(format!("dev/nvidia{}", g.minor)))
+        );
+        all.push(want);
+    }
+    assert_eq!(spec_nodes(&device(&spec, "all")["containerEdits"]), all);
+
+    let edits = &spec["containerEdits"];
+    assert_eq!(edits["env"], json!(["NVIDIA_VISIBLE_DEVICES=void"]));
+    let control = spec_nodes(edits);
+    for want in [
+        "/dev/nvidiactl 195:255",
+        "/dev/nvidia-uvm 238:0",
+        "/dev/nvidia-uvm-tools 238:1",
+    ] {
+        assert!(control.contains(&want.to_string()), "{control:?}");
+    }
+
+    // every mount's host file exists; libraries go to the Debian folder, read-only
+    let mounts = edits["mounts"].as_array().unwrap();
+    assert!(!mounts.is_empty());
+    for m in mounts {
+        let host = Path::new(m["hostPath"].as_str().unwrap());
+        assert!(host.is_absolute() && host.exists(), "{m}");
+        assert!(host.starts_with(&h.fake.root), "{m}");
+        assert!(Path::new(m["containerPath"].as_str().unwrap()).is_absolute());
+        let options: Vec<&str> = m["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_str().unwrap())
+            .collect();
+        assert!(
+            options.contains(&"bind") && options.contains(&"nosuid"),
+            "{m}"
+        );
+    }
+    let libcuda = mounts
+        .iter()
+        .find(|m| m["containerPath"] == format!("{LIB}/libcuda.so.999.88.77"))
+        .unwrap();
+    assert_eq!(libcuda["options"], json!(["ro", "nosuid", "nodev", "bind"]));
+    assert!(mounts
+        .iter()
+        .any(|m| m["containerPath"] == "/usr/bin/nvidia-smi"));
+
+    // hooks: createContainer, the configured absolute hook path, only PATH
+    let hook_path = workspace_bin("nvc-hook");
+    let hooks = edits["hooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 2, "{hooks:?}");
+    for hook in hooks {
+        assert_eq!(hook["hookName"], "createContainer");
+        assert_eq!(hook["path"], json!(hook_path));
+        assert!(Path::new(hook["path"].as_str().unwrap()).is_absolute());
+        assert_eq!(hook["env"], json!([HOOK_ENV]));
+        assert_eq!(hook["args"][0], "nvc-hook");
+    }
+    let links: Vec<&str> = hooks[0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(links[1], "cdi-links");
+    assert!(links.contains(&&*format!("libcuda.so.999.88.77::{LIB}/libcuda.so.1")));
+    assert!(links.contains(&&*format!(
+        "libnvidia-ml.so.999.88.77::{LIB}/libnvidia-ml.so.1"
+    )));
+    assert_eq!(
+        hooks[1]["args"],
+        json!(["nvc-hook", "update-ldcache", "--folder", LIB])
+    );
+
+    // the YAML form holds the same spec
+    let yaml = h.ok(&["cdi", "generate", "--format", "yaml"]);
+    assert!(
+        yaml.starts_with("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n"),
+        "{yaml}"
+    );
+    assert_eq!(
+        Spec::parse(&yaml).unwrap(),
+        serde_json::from_value::<Spec>(spec).unwrap()
+    );
+}
+
+#[test]
+fn device_names_follow_the_strategy() {
+    let h = Host::new();
+    let uuids: Vec<String> = h
+        .gpus_in_bus_order()
+        .iter()
+        .map(|g| g.uuid.clone())
+        .collect();
+    let cases: [(&str, Vec<String>); 3] = [
+        ("index", vec!["0".into(), "1".into(), "2".into()]),
+        ("uuid", uuids.clone()),
+        (
+            "both",
+            (0..3)
+                .flat_map(|i| [i.to_string(), uuids[i].clone()])
+                .collect(),
+        ),
+    ];
+    for (strategy, mut want) in cases {
+        want.push("all".into());
+        let spec: Value = serde_json::from_str(&h.ok(&[
+            "cdi",
+            "generate",
+            "--format",
+            "json",
+            "--device-name-strategy",
+            strategy,
+        ]))
+        .unwrap();
+        assert_eq!(names(&spec), want, "{strategy}");
+        // a GPU's devices under both names carry the same edits
+        if strategy == "both" {
+            assert_eq!(
+                device(&spec, "1")["containerEdits"],
+                device(&spec, &uuids[1])["containerEdits"]
+            );
+        }
+        let listed = h.ok(&["cdi", "list", "--device-name-strategy", strategy]);
+        let qualified: Vec<String> = want.iter().map(|n| format!("nvidia.com/gpu={n}")).collect();
+        assert_eq!(listed.lines().collect::<Vec<_>>(), qualified, "{strategy}");
+    }
+    // `list --spec` reads a spec file, JSON or YAML
+    let file = h.dir.path().join("nvidia.yaml");
+    h.ok(&[
+        "cdi",
+        "generate",
+        "--device-name-strategy",
+        "uuid",
+        "--output",
+        file.to_str().unwrap(),
+    ]);
+    let listed = h.ok(&["cdi", "list", "--spec", file.to_str().unwrap()]);
+    assert_eq!(
+        listed.lines().next(),
+        Some(&*format!("nvidia.com/gpu={}", uuids[0]))
+    );
+    assert_eq!(listed.lines().last(), Some("nvidia.com/gpu=all"));
+    let bad = h.dir.path().join("bad.yaml");
+    std::fs::write(&bad, "kind: [").unwrap();
+    let out = h.nvc(&["cdi", "list", "--spec", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "nvc: cannot read the CDI spec {}: invalid CDI spec",
+            bad.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn generation_is_deterministic_and_writes_files_atomically() {
+    let h = Host::new();
+    for format in ["json", "yaml"] {
+        let first = h.ok(&["cdi", "generate", "--format", format]);
+        let second = h.ok(&["cdi", "generate", "--format", format]);
+        assert_eq!(first, second, "{format}");
+    }
+    // the format comes from the extension; stdout is YAML
+    let stdout_yaml = h.ok(&["cdi", "generate"]);
+    assert_eq!(stdout_yaml, h.ok(&["cdi", "generate", "--format", "yaml"]));
+    let out_dir = h.dir.path().join("cdi");
+    for (name, want) in [
+        (
+            "nvidia.json",
+            h.ok(&["cdi", "generate", "--format", "json"]),
+        ),
+        ("nvidia.yml", stdout_yaml.clone()),
+    ] {
+        let path = out_dir.join(name);
+        assert_eq!(
+            h.ok(&["cdi", "generate", "--output", path.to_str().unwrap()]),
+            ""
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), want, "{name}");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "{name}");
+    }
+    // replacing keeps nothing else behind
+    let path = out_dir.join("nvidia.json");
+    h.ok(&["cdi", "generate", "--output", path.to_str().unwrap()]);
+    let mut left: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["nvidia.json", "nvidia.yml"]);
+    // an extension that says nothing is an error naming the fix
+    let odd = h.dir.path().join("nvidia.spec");
+    let out = h.nvc(&["cdi", "generate", "--output", odd.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "nvc: cannot tell the format of {} from its extension: name it .json, .yaml or .yml, or pass --format",
+            odd.display()
+        )
+    );
+    assert!(!odd.exists());
+}
+
+#[test]
+fn mig_devices_carry_their_capability_nodes() {
+    let h = Host::with(FakeDriverSpec {
+        mig: true,
+        ..FakeDriverSpec::default()
+    });
+    let spec: Value =
+        serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
+    let driver = libnvc::discover::discover(&libnvc::discover::DriverRoots {
+        root: h.fake.root.clone(),
+        dev_root: h.fake.dev_root.clone(),
+        proc_root: h.fake.proc_root.clone(),
+    })
+    .unwrap();
+    let gpu0 = &driver.gpus[0];
+    assert!(gpu0.mig.len() >= 2, "the fixture puts GPU 0 in MIG mode");
+    for mig in &gpu0.mig {
+        let d = device(&spec, &format!("0:{}", mig.index));
+        let mut want = vec![format!("{} 195:{}", gpu0.node.path.display(), gpu0.minor)];
+        want.extend(
+            mig.caps
+                .iter()
+                .map(|c| format!("{} {}:{}", c.path.display(), c.major, c.minor)),
+        );
+        assert_eq!(spec_nodes(&d["containerEdits"]), want);
+        for cap in &mig.caps {
+            assert!(
+                spec_nodes(&device(&spec, "all")["containerEdits"]).contains(&format!(
+                    "{} {}:{}",
+                    cap.path.display(),
+                    cap.major,
+                    cap.minor
+                ))
+            );
+        }
+    }
+    assert_eq!(names(&spec).last().map(String::as_str), Some("all"));
+}
+
+/// The `/dev/nvidia*` nodes the container has, as "path major:minor" (decimal).
+fn nodes_inside(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("node "))
+        .map(|l| {
+            let mut it = l.split_whitespace();
+            let path = it.next().unwrap();
+            let (maj, min) = it.next().unwrap().split_once(':').unwrap();
+            let maj = u32::from_str_radix(maj, 16).unwrap();
+            let min = u32::from_str_radix(min, 16).unwrap();
+            format!("{path} {maj}:{min}")
+        })
+        .collect()
+}
+
+/// The GPU nodes among [`nodes_inside`] (not the control nodes).
+fn gpu_nodes_inside(out: &str) -> Vec<String> {
+    nodes_inside(out)
+        .into_iter()
+        .filter(|n| n.contains(" 195:") && !n.contains(" 195:255") && !n.contains(" 195:254"))
+        .collect()
+}
+
+/// Applies a CDI spec's edits for `devices` to a bundle the way CDI's own library does
+/// for Podman and containerd: env, device nodes with their cgroup rules, mounts, hooks.
+fn apply_spec(mut bundle: Bundle, spec: &Value, devices: &[&str]) -> Bundle {
+    let mut edits = vec![&spec["containerEdits"]];
+    edits.extend(devices.iter().map(|d| &device(spec, d)["containerEdits"]));
+    for e in edits {
+        for env in e["env"].as_array().into_iter().flatten() {
+            bundle = bundle.env(&[env.as_str().unwrap()]);
+        }
+        for n in e["deviceNodes"].as_array().into_iter().flatten() {
+            bundle = bundle
+                .set(
+                    "/linux/devices/-",
+                    json!({"path": n["path"], "type": "c", "major": n["major"], "minor": n["minor"],
+                           "fileMode": n["fileMode"], "uid": n["uid"], "gid": n["gid"]}),
+                )
+                .set(
+                    "/linux/resources/devices/-",
+                    json!({"allow": true, "type": "c", "major": n["major"], "minor": n["minor"],
+                           "access": "rwm"}),
+                );
+        }
+        for m in e["mounts"].as_array().into_iter().flatten() {
+            bundle = bundle.set(
+                "/mounts/-",
+                json!({"destination": m["containerPath"], "source": m["hostPath"],
+                       "type": "bind", "options": m["options"]}),
+            );
+        }
+        for h in e["hooks"].as_array().into_iter().flatten() {
+            let stage = h["hookName"].as_str().unwrap();
+            bundle = bundle.set(
+                &format!("/hooks/{stage}/-"),
+                json!({"path": h["path"], "args": h["args"], "env": h["env"]}),
+            );
+        }
+    }
+    bundle
+}
+
+/// Runs `script` in a runc container from `rootfs` with the spec's `devices` applied.
+fn run_with_spec(h: &Host, rootfs: &TestRootfs, devices: &[&str], script: &str) -> Outcome {
+    let spec: Value =
+        serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
+    let n = devices.join("-").replace(':', "_");
+    let bundle = Bundle::new(&h.dir.path().join(format!("bundle-{n}")), &rootfs.path)
+        .unwrap()
+        .args(&["sh", "-c", script])
+        .env(&["NVC_FAKE_PROC=/run/fake-proc"])
+        .set(
+            "/mounts/-",
+            json!({"destination": "/run/fake-proc", "type": "bind",
+                   "source": h.fake.proc_root, "options": ["rbind", "ro"]}),
+        );
+    let bundle = apply_spec(bundle, &spec, devices).write().unwrap();
+    let rt = Runtime::runc(&h.dir.path().join(format!("state-{n}")));
+    rt.run(&bundle, &nvc_tests::container_id("nvc-cdi"))
+}
+
+#[test]
+fn runc_with_the_spec_applied_gets_the_gpu_and_loads_libcuda() {
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let gpus = h.gpus_in_bus_order();
+    let script = format!(
+        "{LIST_NODES}; nvc-probe; ls -l {LIB}/libcuda.so.1; ldconfig -p | grep -E 'libcuda|libnvidia-ml|libc.so'; \
+         echo env=$NVIDIA_VISIBLE_DEVICES"
+    );
+    let out = run_with_spec(&h, &rootfs, &["1"], &script);
+    assert!(out.success(), "{out:?}");
+    let g = &gpus[1];
+    assert_eq!(
+        gpu_nodes_inside(&out.stdout),
+        [format!("/dev/nvidia{} 195:{}", g.minor, g.minor)],
+        "{out:?}"
+    );
+    assert!(nodes_inside(&out.stdout).contains(&"/dev/nvidiactl 195:255".to_string()));
+    assert!(out.stdout.contains("libcuda=ok"), "{out:?}");
+    assert!(
+        out.stdout
+            .contains(&format!("realpath={LIB}/libcuda.so.999.88.77")),
+        "{out:?}"
+    );
+    assert!(out.stdout.contains("libnvidia-ml=ok"), "{out:?}");
+    assert!(
+        out.stdout.contains(&format!(
+            "libcuda.so.1 (libc6,x86-64) => {LIB}/libcuda.so.1"
+        )),
+        "{out:?}"
+    );
+    // the image's own entries are kept
+    assert!(out.stdout.contains("libc.so.6 (libc6,x86-64)"), "{out:?}");
+    assert!(out.stdout.contains("env=void"), "{out:?}");
+
+    // a second container on the same rootfs: the hooks find their work done
+    let cache = std::fs::read(rootfs.ld_cache()).unwrap();
+    let again = run_with_spec(&h, &rootfs, &["all"], &format!("{LIST_NODES}; nvc-probe"));
+    assert!(again.success(), "{again:?}");
+    assert_eq!(
+        gpu_nodes_inside(&again.stdout).len(),
+        gpus.len(),
+        "{again:?}"
+    );
+    assert!(again.stdout.contains("libcuda=ok"), "{again:?}");
+    assert_eq!(std::fs::read(rootfs.ld_cache()).unwrap(), cache);
+}
+
+#[test]
+fn createcontainer_hooks_never_write_outside_a_hostile_rootfs() {
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    // The image's ld.so.cache and soname link point at host files; a lib-folder entry named
+    // like a library leads out with `..`.
+    let victims = h.dir.path().join("victims");
+    std::fs::create_dir(&victims).unwrap();
+    std::fs::write(victims.join("ld.so.cache"), b"host cache").unwrap();
+    std::fs::write(victims.join("libcuda.so.1"), b"host lib").unwrap();
+    let cache = rootfs.ld_cache();
+    std::fs::remove_file(&cache).unwrap();
+    std::os::unix::fs::symlink(victims.join("ld.so.cache"), &cache).unwrap();
+    let lib = rootfs.host_path(LIB);
+    std::os::unix::fs::symlink(victims.join("libcuda.so.1"), lib.join("libcuda.so.1")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../../../../../../../../..".to_string() + victims.to_str().unwrap() + "/libcuda.so.1",
+        lib.join("libevil.so.1"),
+    )
+    .unwrap();
+    let before = tree_digest(&victims);
+
+    let out = run_with_spec(
+        &h,
+        &rootfs,
+        &["0"],
+        &format!("nvc-probe; ls -l /etc/ld.so.cache {LIB}/libcuda.so.1"),
+    );
+    assert!(out.success(), "{out:?}");
+    assert_eq!(
+        tree_digest(&victims),
+        before,
+        "a hook wrote outside the rootfs"
+    );
+    // the links were replaced inside the rootfs, not followed
+    assert!(out.stdout.contains("libcuda=ok"), "{out:?}");
+    assert_eq!(
+        std::fs::read_link(lib.join("libcuda.so.1")).unwrap(),
+        Path::new("libcuda.so.999.88.77")
+    );
+    assert!(!std::fs::symlink_metadata(&cache)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+/// `podman` with a private store under `dir`, as root, in this container's limits.
+fn podman(dir: &Path) -> Vec<String> {
+    let p = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    vec![
+        "podman".into(),
+        "--root".into(),
+        p("storage"),
+        "--runroot".into(),
+        p("run"),
+        "--tmpdir".into(),
+        p("tmp"),
+        "--storage-driver".into(),
+        "vfs".into(),
+        "--cgroup-manager".into(),
+        "cgroupfs".into(),
+        "--events-backend".into(),
+        "file".into(),
+    ]
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Runs `argv` with a timeout; returns (success, stdout, stderr).
+fn run_timeout(argv: &[String], secs: u32) -> (bool, String, String) {
+    let out = Command::new("timeout")
+        .arg(secs.to_string())
+        .args(argv)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {argv:?}: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn podman_runs_a_gpu_container_from_the_generated_spec() {
+    let h = Host::new();
+    let podman_bin = ["/usr/bin/podman", "/usr/local/bin/podman"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .unwrap_or_else(|| {
+            panic!("podman is not installed: run `scripts/deps.sh podman` (Debian 12's podman 4.3)")
+        });
+    let rootfs = h.rootfs("rootfs");
+    let store = h.dir.path().join("podman");
+    std::fs::create_dir(&store).unwrap();
+    let tarball = h.dir.path().join("rootfs.tar");
+    rootfs.tarball(&tarball).unwrap();
+    let image = format!("localhost/nvc-cdi-test:{}", std::process::id());
+    let mut import = podman(&store);
+    import[0] = podman_bin.into();
+    import.extend([
+        "import".into(),
+        tarball.to_string_lossy().into_owned(),
+        image.clone(),
+    ]);
+    let (ok, _, err) = run_timeout(&import, 120);
+    assert!(ok, "podman import failed: {err}");
+
+    // Podman 4.3 reads specs only from /etc/cdi and /var/run/cdi (no --cdi-spec-dir): run
+    // it in a private mount namespace with a fresh /run holding only our spec, and an
+    // empty /etc/cdi over any the host has.
+    let spec_dir = h.dir.path().join("cdi");
+    let spec_file = spec_dir.join("nvidia.yaml");
+    h.ok(&["cdi", "generate", "--output", spec_file.to_str().unwrap()]);
+    let gpus = h.gpus_in_bus_order();
+    let script = format!("{LIST_NODES}; nvc-probe; ldconfig -p | grep libcuda.so.1");
+    for (device, want_gpus) in [
+        ("nvidia.com/gpu=0", vec![&gpus[0]]),
+        ("nvidia.com/gpu=all", gpus.iter().collect()),
+    ] {
+        let mut run = podman(&store);
+        run[0] = podman_bin.into();
+        run.extend(
+            [
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--runtime",
+                runc_path().to_str().unwrap(),
+                "--ulimit",
+                "nofile=1024:1024",
+                "--ulimit",
+                "nproc=4096:4096",
+                "--device",
+                device,
+                "-e",
+                "NVC_FAKE_PROC=/run/fake-proc",
+                "-v",
+                &format!("{}:/run/fake-proc:ro", h.fake.proc_root.display()),
+                &image,
+                "sh",
+                "-c",
+                &script,
+            ]
+            .map(String::from),
+        );
+        let command = run
+            .iter()
+            .map(|a| shell_quote(a))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let shell = format!(
+            "set -e; mount -t tmpfs tmpfs /run; mkdir /run/cdi; mount --bind {} /run/cdi; \
+             if [ -d /etc/cdi ]; then mount -t tmpfs tmpfs /etc/cdi; fi; exec {command}",
+            shell_quote(spec_dir.to_str().unwrap())
+        );
+        let argv: Vec<String> = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &shell,
+        ]
+        .map(String::from)
+        .to_vec();
+        let (ok, out, err) = run_timeout(&argv, 180);
+        assert!(
+            ok,
+            "podman run --device {device} failed:\n{err}\n{out}\n$ {command}"
+        );
+        let mut got = gpu_nodes_inside(&out);
+        got.sort();
+        let mut want: Vec<String> = want_gpus
+            .iter()
+            .map(|g| format!("/dev/nvidia{} 195:{}", g.minor, g.minor))
+            .collect();
+        want.sort();
+        assert_eq!(got, want, "{device}: {out}\n{err}");
+        assert!(
+            nodes_inside(&out).contains(&"/dev/nvidiactl 195:255".to_string()),
+            "{out}"
+        );
+        assert!(out.contains("libcuda=ok"), "{device}: {out}\n{err}");
+        assert!(
+            out.contains(&format!("realpath={LIB}/libcuda.so.999.88.77")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!(
+                "libcuda.so.1 (libc6,x86-64) => {LIB}/libcuda.so.1"
+            )),
+            "{out}"
+        );
+    }
+}
+
+/// A bundle run through nvc-runtime (runc underneath) with `env` and `annotations`.
+fn run_through_shim(
+    h: &Host,
+    rootfs: &TestRootfs,
+    env: &[&str],
+    annotations: Value,
+    script: &str,
+) -> Outcome {
+    let id = nvc_tests::container_id("nvc-cdi-shim");
+    let mut env: Vec<String> = env.iter().map(|s| s.to_string()).collect();
+    env.push("NVC_FAKE_PROC=/run/fake-proc".into());
+    let bundle = Bundle::new(&h.dir.path().join(&id), &rootfs.path)
+        .unwrap()
+        .args(&["sh", "-c", script])
+        .env(&env)
+        .set("/annotations", annotations)
+        .set(
+            "/mounts/-",
+            json!({"destination": "/run/fake-proc", "type": "bind",
+                   "source": h.fake.proc_root, "options": ["rbind", "ro"]}),
+        )
+        .write()
+        .unwrap();
+    let rt = Runtime::nvc(&h.dir.path().join("state"), &h.config);
+    rt.run(&bundle, &id)
+}
+
+#[test]
+fn shim_takes_cdi_names_in_nvidia_visible_devices() {
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let gpus = h.gpus_in_bus_order();
+    let script = format!("{LIST_NODES}; nvc-probe");
+    for (value, want) in [
+        ("nvidia.com/gpu=1".to_string(), vec![&gpus[1]]),
+        (format!("nvidia.com/gpu={}", gpus[2].uuid), vec![&gpus[2]]),
+        ("nvidia.com/gpu=all".to_string(), gpus.iter().collect()),
+    ] {
+        let out = run_through_shim(
+            &h,
+            &rootfs,
+            &[&format!("NVIDIA_VISIBLE_DEVICES={value}")],
+            json!({}),
+            &script,
+        );
+        assert!(out.success(), "{value}: {out:?}");
+        let mut got = gpu_nodes_inside(&out.stdout);
+        got.sort();
+        let mut want: Vec<String> = want
+            .iter()
+            .map(|g| format!("/dev/nvidia{} 195:{}", g.minor, g.minor))
+            .collect();
+        want.sort();
+        assert_eq!(got, want, "{value}: {out:?}");
+        assert!(out.stdout.contains("libcuda=ok"), "{value}: {out:?}");
+    }
+    // a name of the wrong GPU is an error that names it
+    let out = run_through_shim(
+        &h,
+        &rootfs,
+        &["NVIDIA_VISIBLE_DEVICES=nvidia.com/gpu=7"],
+        json!({}),
+        "true",
+    );
+    assert!(!out.success(), "{out:?}");
+    assert!(out.stderr.contains("GPU index 7 does not exist"), "{out:?}");
+}
+
+#[test]
+fn shim_takes_gpus_from_cdi_annotations() {
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let gpus = h.gpus_in_bus_order();
+    let script = format!("{LIST_NODES}; nvc-probe");
+    let out = run_through_shim(
+        &h,
+        &rootfs,
+        &[],
+        json!({"cdi.k8s.io/x": "nvidia.com/gpu=0", "io.other": "nvidia.com/gpu=1"}),
+        &script,
+    );
+    assert!(out.success(), "{out:?}");
+    assert_eq!(
+        gpu_nodes_inside(&out.stdout),
+        [format!(
+            "/dev/nvidia{} 195:{}",
+            gpus[0].minor, gpus[0].minor
+        )],
+        "{out:?}"
+    );
+    // the hook read the same request: the driver's files are there
+    assert!(out.stdout.contains("libcuda=ok"), "{out:?}");
+
+    // another vendor's devices only: not a GPU container
+    let out = run_through_shim(
+        &h,
+        &rootfs,
+        &[],
+        json!({"cdi.k8s.io/nic": "vendor.com/nic=eth1"}),
+        &script,
+    );
+    assert!(out.success(), "{out:?}");
+    assert!(nodes_inside(&out.stdout).is_empty(), "{out:?}");
+    assert!(out.stdout.contains("libcuda=missing"), "{out:?}");
+
+    // void, what the CDI spec sets once an engine injected the devices, wins
+    let out = run_through_shim(
+        &h,
+        &rootfs,
+        &["NVIDIA_VISIBLE_DEVICES=void"],
+        json!({"cdi.k8s.io/x": "nvidia.com/gpu=0"}),
+        &script,
+    );
+    assert!(out.success(), "{out:?}");
+    assert!(nodes_inside(&out.stdout).is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_failing_cdi_hook_stops_the_container_with_its_reason() {
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let mut spec: Value =
+        serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
+    spec["containerEdits"]["hooks"][0]["args"] = json!(["nvc-hook", "cdi-links", "--link", "x"]);
+    let bundle = Bundle::new(&h.dir.path().join("bundle"), &rootfs.path)
+        .unwrap()
+        .args(&["sh", "-c", "echo started"]);
+    let bundle = apply_spec(bundle, &spec, &["0"]).write().unwrap();
+    let rt = Runtime::runc(&h.dir.path().join("state"));
+    let out = rt.run(&bundle, &nvc_tests::container_id("nvc-cdi-bad"));
+    assert!(!out.success(), "{out:?}");
+    assert!(!out.stdout.contains("started"), "{out:?}");
+    // runc shows the hook's stderr; the message names the mode and the bad value
+    let all = format!("{}{}", out.stderr, out.log);
+    assert!(all.contains("nvc-hook cdi-links: invalid link"), "{out:?}");
+    assert!(
+        all.contains("<target>::<absolute path in the container>"),
+        "{out:?}"
+    );
+}
