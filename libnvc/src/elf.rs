@@ -255,11 +255,83 @@ pub fn read_elf_info_path(path: &Path) -> Result<ElfInfo, ElfError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let mut reader = io::BufReader::new(file);
+    let mut reader = Prefetched::new(file).map_err(|source| ElfError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
     read_elf_info(&mut reader).map_err(|source| ElfError::File {
         path: path.to_path_buf(),
         source: Box::new(source),
     })
+}
+
+/// A file whose first bytes are read once: the ELF header and program headers come
+/// from memory, and the rest (the dynamic segment, the soname) with one `pread` each,
+/// so checking a library costs a few system calls rather than a seek and a read per
+/// program header. Discovery checks every driver library on each container start.
+struct Prefetched {
+    file: File,
+    head: Vec<u8>,
+    pos: u64,
+}
+
+impl Prefetched {
+    /// How much is read up front: the headers of any real shared object.
+    const HEAD: usize = 16 << 10;
+
+    fn new(file: File) -> io::Result<Self> {
+        use std::os::unix::fs::FileExt;
+        let mut head = vec![0u8; Self::HEAD];
+        let mut filled = 0;
+        while filled < head.len() {
+            match file.read_at(&mut head[filled..], filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        head.truncate(filled);
+        Ok(Prefetched { file, head, pos: 0 })
+    }
+}
+
+impl Read for Prefetched {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let n = match usize::try_from(self.pos)
+            .ok()
+            .filter(|p| *p < self.head.len())
+        {
+            Some(at) => {
+                let n = buf.len().min(self.head.len() - at);
+                buf[..n].copy_from_slice(&self.head[at..at + n]);
+                n
+            }
+            None => self.file.read_at(buf, self.pos)?,
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl Seek for Prefetched {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        self.pos = match to {
+            SeekFrom::Start(p) => p,
+            SeekFrom::Current(d) => self
+                .pos
+                .checked_add_signed(d)
+                .ok_or(io::ErrorKind::InvalidInput)?,
+            SeekFrom::End(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "no seek from the end",
+                ))
+            }
+        };
+        Ok(self.pos)
+    }
 }
 
 /// Where the fields of the class-dependent structures are.

@@ -65,7 +65,8 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         return Ok(());
     }
 
-    let driver = discover::discover(&DriverRoots::from_config(&config.driver))?;
+    // Only the GPUs and their nodes: the files are the hook's business.
+    let driver = discover::discover_devices(&DriverRoots::from_config(&config.driver))?;
     // Only the device nodes go into the spec; the hook mounts the files itself, where it
     // sees the image's real library folders.
     let edits = edits::compute(&driver, &request, &ContainerLayout::default())?;

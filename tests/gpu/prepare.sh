@@ -7,7 +7,9 @@ cd "$(dirname "$0")/../.."
 carry=.device-carry
 cargo build --release --locked --workspace
 mkdir -p "$carry/bin" "$carry/debs"
-cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-fake-driver} "$carry/bin/"
+cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-fake-driver,nvc-bench} "$carry/bin/"
+# The benchmark's small rootfs (the GPU machine's own is built there by validate.py).
+rm -rf "$carry/bench" && target/release/nvc-demo-bundle "$carry/bench" -- /bin/true >/dev/null
 if [ ! -x "$carry/runc/usr/sbin/runc" ]; then
     (cd "$carry/debs" && apt-get download runc libseccomp2 busybox-static)
     rm -rf "$carry/runc" && mkdir -p "$carry/runc"

@@ -555,3 +555,21 @@ fn compat32_adds_the_32_bit_libraries() {
         ]
     );
 }
+
+#[test]
+fn the_devices_scope_reads_only_devices() {
+    let (_dir, _fake, full) = build(FakeDriverSpec::default());
+    let devices = libnvc::discover::discover_devices(&full.roots).unwrap();
+    assert_eq!(devices.version, full.version);
+    assert_eq!(devices.gpus, full.gpus);
+    assert_eq!(devices.control_nodes, full.control_nodes);
+    assert!(
+        devices.libraries.is_empty() && devices.binaries.is_empty() && devices.files.is_empty()
+    );
+    // The nodes a request gets are the same either way.
+    let env = ["NVIDIA_VISIBLE_DEVICES=2,0"];
+    assert_eq!(
+        edits_for(&devices, &env).device_nodes,
+        edits_for(&full, &env).device_nodes
+    );
+}

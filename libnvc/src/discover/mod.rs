@@ -203,15 +203,41 @@ impl DiscoverError {
     }
 }
 
+/// How much of the driver to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything: what the hook mounts and what `nvc list` shows.
+    Full,
+    /// The GPUs and device nodes only, which is all the runtime shim puts into a spec:
+    /// no library cache, no ELF header, no file search.
+    Devices,
+}
+
 /// Reads everything the driver provides under `roots`.
 pub fn discover(roots: &DriverRoots) -> Result<Driver, DiscoverError> {
+    discover_scope(roots, Scope::Full)
+}
+
+/// Reads the GPUs and device nodes under `roots`; the file lists stay empty.
+pub fn discover_devices(roots: &DriverRoots) -> Result<Driver, DiscoverError> {
+    discover_scope(roots, Scope::Devices)
+}
+
+/// Reads what `scope` asks for under `roots`.
+pub fn discover_scope(roots: &DriverRoots, scope: Scope) -> Result<Driver, DiscoverError> {
     let nvidia = roots.nvidia_proc();
     let proc_version = match std::fs::read_to_string(nvidia.join("version")) {
         Ok(text) => proc::parse_version_file(&text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(DiscoverError::io("read", &nvidia.join("version"), e)),
     };
-    let cache = files::read_ldcache(&roots.root)?;
+    // The library cache is read for the files, or for the version when the kernel
+    // module's proc file is missing.
+    let cache = if scope == Scope::Full || proc_version.is_none() {
+        files::read_ldcache(&roots.root)?
+    } else {
+        None
+    };
     let version =
         match proc_version.or_else(|| files::version_from_libraries(&roots.root, cache.as_ref())) {
             Some(v) => v,
@@ -261,12 +287,33 @@ pub fn discover(roots: &DriverRoots) -> Result<Driver, DiscoverError> {
         proc::read_cap_minor(&nvidia.join("capabilities/mig").join(name))
             .and_then(|minor| nodes::cap_node(&roots.dev_root, &majors, minor))
     };
+    let full = scope == Scope::Full;
     Ok(Driver {
-        libraries: files::libraries(&roots.root, cache.as_ref(), &version),
-        binaries: files::binaries(&roots.root),
-        firmware: files::firmware(&roots.root, &version),
-        files: files::config_files(&roots.root, &version),
-        ipc: files::ipc(&roots.root),
+        libraries: if full {
+            files::libraries(&roots.root, cache.as_ref(), &version)
+        } else {
+            Vec::new()
+        },
+        binaries: if full {
+            files::binaries(&roots.root)
+        } else {
+            Vec::new()
+        },
+        firmware: if full {
+            files::firmware(&roots.root, &version)
+        } else {
+            Vec::new()
+        },
+        files: if full {
+            files::config_files(&roots.root, &version)
+        } else {
+            Vec::new()
+        },
+        ipc: if full {
+            files::ipc(&roots.root)
+        } else {
+            Vec::new()
+        },
         control_nodes: nodes::control_nodes(&roots.dev_root, &majors),
         mig_config: cap_node("config"),
         mig_monitor: cap_node("monitor"),

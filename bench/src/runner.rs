@@ -1,0 +1,501 @@
+//! Running one configuration once: a whole container, the shim alone, or the hook alone,
+//! with everything it needs made fresh outside the timed region.
+
+use std::cell::Cell;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nvc_config::{Config, DriverConfig};
+use nvc_tests::Bundle;
+use serde_json::json;
+
+use crate::error::BenchError;
+use crate::large_image::{run_quiet, stderr_details};
+use crate::measure::{self, Measured};
+use crate::stats::Samples;
+
+/// The hook's whole environment besides `NVC_CONFIG`, as the shim writes it into the spec.
+const HOOK_PATH_ENV: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What the container runs.
+const COMMAND: &str = "/bin/true";
+
+/// The programs that are timed.
+#[derive(Debug, Clone)]
+pub struct Programs {
+    /// `nvc-runtime`.
+    pub shim: PathBuf,
+    /// `nvc-hook`.
+    pub hook: PathBuf,
+    /// The runc that plain runs use and the shim execs.
+    pub runc: PathBuf,
+    /// The runtime the shim execs when it is timed alone: does nothing.
+    pub noop: PathBuf,
+}
+
+/// The two nvc configurations of one driver: the shim execs runc, or the no-op.
+#[derive(Debug, Clone)]
+pub struct Configs {
+    /// `[runtime] runtimes = [runc]`.
+    pub runc: PathBuf,
+    /// `[runtime] runtimes = [no-op]`: the shim alone, and preparing the hook's bundles.
+    pub noop: PathBuf,
+}
+
+/// Through which program a container is run.
+#[derive(Debug, Clone)]
+pub enum Runtime {
+    /// Plain runc.
+    Runc,
+    /// `nvc-runtime` with `NVC_CONFIG` set to this file.
+    Nvc(PathBuf),
+}
+
+/// A container image: a rootfs copied for every run.
+#[derive(Debug, Clone)]
+pub struct Image {
+    /// The rootfs, never changed by a run.
+    pub path: PathBuf,
+    /// Copy with hard links (`cp -al`) instead of copying bytes and inodes: for the large
+    /// image, whose thousands of files would take seconds to copy where making an inode is
+    /// slow. Safe because neither runc nor the hook writes a file of the image in place
+    /// (the hook replaces ld.so.cache by rename; [`crate::large_image`] checks it).
+    pub hard_links: bool,
+}
+
+impl Image {
+    /// An image copied byte by byte.
+    pub fn copied(path: &Path) -> Image {
+        Image {
+            path: path.to_path_buf(),
+            hard_links: false,
+        }
+    }
+
+    /// Makes `dest` a fresh copy of the image, and flushes its file system: an engine
+    /// unpacked the image long before, so no journal commit of the copy may land in the
+    /// timed region (on a journalling ext4 it delayed runc by 20 ms on the large image).
+    pub fn copy_to(&self, dest: &Path) -> Result<(), BenchError> {
+        let mut cp = Command::new("cp");
+        cp.arg(if self.hard_links { "-al" } else { "-a" })
+            .arg(&self.path)
+            .arg(dest);
+        run_quiet(&mut cp)?;
+        let mut sync = Command::new("sync");
+        sync.arg("-f").arg(dest);
+        run_quiet(&mut sync)
+    }
+}
+
+/// One configuration that is timed.
+#[derive(Debug, Clone)]
+pub enum Case {
+    /// `<runtime> --root S run --bundle B ID` of [`COMMAND`], from a fresh copy of `rootfs`.
+    Container {
+        /// runc or the shim.
+        runtime: Runtime,
+        /// The image, copied for every run.
+        rootfs: Image,
+        /// Added to `process.env`.
+        env: Vec<String>,
+    },
+    /// `<program> --root S create --bundle B ID` where the shim (with `config`, whose
+    /// runtime is the no-op) or the no-op itself (`None`: the floor) is the program; the
+    /// pristine config.json is restored before every run.
+    Shim {
+        /// The shim's configuration; `None` runs the no-op directly.
+        config: Option<PathBuf>,
+        /// The bundle.
+        bundle: PathBuf,
+        /// Its config.json before the shim edited it.
+        pristine: Vec<u8>,
+    },
+    /// `nvc-hook prestart` on a fresh copy of `rootfs` whose spec the shim edited, in the
+    /// mount namespace of a helper process, as runc would run it.
+    Hook {
+        /// The configuration of the hook (and of the shim that prepares its spec).
+        config: PathBuf,
+        /// The image, copied for every run.
+        rootfs: Image,
+        /// Added to `process.env`.
+        env: Vec<String>,
+    },
+}
+
+/// Where runs happen: the working directory (images, rootfs copies), the directory of
+/// bundles and runc's state, the programs.
+pub struct Bench {
+    /// The working directory: images and their copies.
+    pub work: PathBuf,
+    /// The programs.
+    pub programs: Programs,
+    /// Bundles (config.json) and runc's `--root`: on tmpfs where there is one, as
+    /// containerd (`/run/containerd`) and Docker (`/run/docker/runtime-runc`) keep them.
+    runtime_dir: tempfile::TempDir,
+    state: PathBuf,
+    log: PathBuf,
+    next: Cell<u64>,
+}
+
+impl Bench {
+    /// A bench working in `work` (created), its bundles and runc state in a new directory
+    /// under `runtime_parent`.
+    pub fn new(
+        work: &Path,
+        runtime_parent: &Path,
+        programs: Programs,
+    ) -> Result<Bench, BenchError> {
+        let runtime_dir = tempfile::Builder::new()
+            .prefix("nvc-bench.")
+            .tempdir_in(runtime_parent)
+            .map_err(BenchError::io("create a directory in", runtime_parent))?;
+        let state = runtime_dir.path().join("state");
+        std::fs::create_dir_all(&state).map_err(BenchError::io("create directory", &state))?;
+        Ok(Bench {
+            work: work.to_path_buf(),
+            programs,
+            runtime_dir,
+            state,
+            log: work.join("nvc.log"),
+            next: Cell::new(0),
+        })
+    }
+
+    /// Where bundles and runc's state are.
+    pub fn runtime_dir(&self) -> &Path {
+        self.runtime_dir.path()
+    }
+
+    /// Writes the two nvc configurations for `driver` into `<work>/<name>.{runc,noop}.toml`:
+    /// the defaults (info log level, ld.so.cache updated) with the driver roots, the
+    /// workspace's hook, and a log file in the working directory.
+    pub fn configs(&self, name: &str, driver: &DriverConfig) -> Result<Configs, BenchError> {
+        let write = |suffix: &str, runtime: &Path| -> Result<PathBuf, BenchError> {
+            let mut config = Config {
+                driver: driver.clone(),
+                ..Config::default()
+            };
+            config.runtime.runtimes = vec![runtime.display().to_string()];
+            config.hook.path = self.programs.hook.clone();
+            config.log.file = self.log.clone();
+            let path = self.work.join(format!("{name}.{suffix}.toml"));
+            let text = toml::to_string(&config).map_err(|source| BenchError::Config {
+                path: path.clone(),
+                source,
+            })?;
+            std::fs::write(&path, text).map_err(BenchError::io("write", &path))?;
+            Ok(path)
+        };
+        Ok(Configs {
+            runc: write("runc", &self.programs.runc)?,
+            noop: write("noop", &self.programs.noop)?,
+        })
+    }
+
+    /// A [`Case::Shim`]: makes its bundle (with an empty rootfs: the shim never looks in
+    /// it) asking for `env`.
+    pub fn shim_case(&self, config: Option<&Path>, env: &[&str]) -> Result<Case, BenchError> {
+        let (dir, rootfs) = self.fresh_run("shim")?;
+        std::fs::create_dir(&rootfs).map_err(BenchError::io("create directory", &rootfs))?;
+        let bundle = Bundle::new(&dir, &rootfs)?
+            .args(&[COMMAND])
+            .env(env)
+            .write()?;
+        let path = bundle.config_path();
+        let pristine = std::fs::read(&path).map_err(BenchError::io("read", &path))?;
+        Ok(Case::Shim {
+            config: config.map(Path::to_path_buf),
+            bundle: dir,
+            pristine,
+        })
+    }
+
+    /// Runs each case `warmup + runs` times, round-robin with a rotating start so no case
+    /// always follows the same one; keeps the last `runs` of each. Progress goes to stderr.
+    pub fn alternate(
+        &self,
+        what: &str,
+        cases: &[Case],
+        runs: usize,
+        warmup: usize,
+    ) -> Result<Vec<Samples>, BenchError> {
+        let mut samples = vec![Samples::default(); cases.len()];
+        let rounds = warmup + runs;
+        let started = Instant::now();
+        for round in 0..rounds {
+            eprint!("\r{what}: round {}/{rounds} ", round + 1);
+            for k in 0..cases.len() {
+                let i = (round + k) % cases.len();
+                let m = self.run_once(&cases[i])?;
+                if round >= warmup {
+                    samples[i].push(m.time, m.max_rss_kib, m.cpu);
+                }
+            }
+        }
+        eprintln!("({:.1} s)", started.elapsed().as_secs_f64());
+        Ok(samples)
+    }
+
+    /// Runs `case` once.
+    pub fn run_once(&self, case: &Case) -> Result<Measured, BenchError> {
+        match case {
+            Case::Container {
+                runtime,
+                rootfs,
+                env,
+            } => self.container(runtime, rootfs, env),
+            Case::Shim {
+                config,
+                bundle,
+                pristine,
+            } => self.shim(config.as_deref(), bundle, pristine),
+            Case::Hook {
+                config,
+                rootfs,
+                env,
+            } => self.hook(config, rootfs, env),
+        }
+    }
+
+    fn container(
+        &self,
+        runtime: &Runtime,
+        rootfs: &Image,
+        env: &[String],
+    ) -> Result<Measured, BenchError> {
+        let (dir, container_rootfs) = self.fresh_run("run")?;
+        rootfs.copy_to(&container_rootfs)?;
+        Bundle::new(&dir, &container_rootfs)?
+            .args(&[COMMAND])
+            .env(env)
+            .write()?;
+        let id = self.container_id();
+        let program = match runtime {
+            Runtime::Runc => &self.programs.runc,
+            Runtime::Nvc(_) => &self.programs.shim,
+        };
+        let mut command = measure::command(program, &report_path(&dir));
+        command
+            .arg("--root")
+            .arg(&self.state)
+            .args(["run", "--bundle"])
+            .arg(&dir)
+            .arg(&id)
+            .env_remove(nvc_config::CONFIG_ENV);
+        if let Runtime::Nvc(config) = runtime {
+            command.env(nvc_config::CONFIG_ENV, config);
+        }
+        let measured = self.timed(&mut command, &dir, None);
+        if measured.is_err() {
+            // `run` deletes its container when it ends; a failed one may be left.
+            let _ = Command::new(&self.programs.runc)
+                .arg("--root")
+                .arg(&self.state)
+                .args(["delete", "--force", &id])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        remove(&dir)?;
+        remove(&container_rootfs)?;
+        measured
+    }
+
+    fn shim(
+        &self,
+        config: Option<&Path>,
+        bundle: &Path,
+        pristine: &[u8],
+    ) -> Result<Measured, BenchError> {
+        let spec = bundle.join("config.json");
+        std::fs::write(&spec, pristine).map_err(BenchError::io("write", &spec))?;
+        let program = match config {
+            Some(_) => &self.programs.shim,
+            None => &self.programs.noop,
+        };
+        let mut command = measure::command(program, &report_path(bundle));
+        command
+            .arg("--root")
+            .arg(&self.state)
+            .args(["create", "--bundle"])
+            .arg(bundle)
+            .arg(self.container_id())
+            .env_remove(nvc_config::CONFIG_ENV);
+        if let Some(config) = config {
+            command.env(nvc_config::CONFIG_ENV, config);
+        }
+        self.timed(&mut command, bundle, None)
+    }
+
+    fn hook(&self, config: &Path, rootfs: &Image, env: &[String]) -> Result<Measured, BenchError> {
+        let (dir, container_rootfs) = self.fresh_run("hook")?;
+        rootfs.copy_to(&container_rootfs)?;
+        Bundle::new(&dir, &container_rootfs)?
+            .args(&[COMMAND])
+            .env(env)
+            .write()?;
+        // The spec as runc would get it: edited by the shim (which then execs the no-op).
+        let mut shim = Command::new(&self.programs.shim);
+        shim.arg("--root")
+            .arg(&self.state)
+            .args(["create", "--bundle"])
+            .arg(&dir)
+            .arg(self.container_id())
+            .env(nvc_config::CONFIG_ENV, config);
+        run_quiet(&mut shim)?;
+
+        let helper = Helper::start(&container_rootfs)?;
+        let state = dir.join("state.json");
+        let state_json = json!({
+            "ociVersion": "1.0.2",
+            "id": self.container_id(),
+            "status": "creating",
+            "pid": helper.pid(),
+            "bundle": dir,
+            "annotations": {}
+        });
+        std::fs::write(&state, state_json.to_string()).map_err(BenchError::io("write", &state))?;
+        let stdin = File::open(&state).map_err(BenchError::io("open", &state))?;
+        let mut command = measure::command(&self.programs.hook, &report_path(&dir));
+        command
+            .arg("prestart")
+            .env_clear()
+            .env("PATH", HOOK_PATH_ENV)
+            .env(nvc_config::CONFIG_ENV, config)
+            .current_dir(&dir);
+        let measured = self.timed(&mut command, &dir, Some(stdin));
+        drop(helper);
+        remove(&dir)?;
+        remove(&container_rootfs)?;
+        measured
+    }
+
+    /// Times `command` (stdout to /dev/null, stderr to a file in `dir`); a failure is an
+    /// error with its stderr and the end of nvc's log.
+    fn timed(
+        &self,
+        command: &mut Command,
+        dir: &Path,
+        stdin: Option<File>,
+    ) -> Result<Measured, BenchError> {
+        let stderr_path = dir.join("stderr");
+        let stderr = File::create(&stderr_path).map_err(BenchError::io("create", &stderr_path))?;
+        command
+            .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        let measured = measure::time(command, &report_path(dir))?;
+        if measured.status.success() {
+            return Ok(measured);
+        }
+        let stderr = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        let mut details = stderr_details(&stderr);
+        if !tail.is_empty() {
+            details.push_str("\nnvc log ends:\n");
+            details.push_str(&tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
+        Err(BenchError::Failed {
+            command: measure::describe(command),
+            status: measured.status.to_string(),
+            details,
+        })
+    }
+
+    /// A new empty bundle directory `<runtime dir>/<tag>-<n>`, and where its rootfs goes:
+    /// `<work>/rootfs-<n>` (not made yet), as an engine keeps the bundle under `/run` and
+    /// the container's file system on disk.
+    pub fn fresh_run(&self, tag: &str) -> Result<(PathBuf, PathBuf), BenchError> {
+        let n = self.next.get() + 1;
+        self.next.set(n);
+        let dir = self.runtime_dir().join(format!("{tag}-{n}"));
+        std::fs::create_dir_all(&dir).map_err(BenchError::io("create directory", &dir))?;
+        Ok((dir, self.work.join(format!("rootfs-{n}"))))
+    }
+
+    fn container_id(&self) -> String {
+        let n = self.next.get() + 1;
+        self.next.set(n);
+        format!("nvc-bench-{}-{n}", std::process::id())
+    }
+}
+
+/// Where the measuring process reports on a run whose files are in `dir`.
+fn report_path(dir: &Path) -> PathBuf {
+    dir.join("measured")
+}
+
+fn remove(dir: &Path) -> Result<(), BenchError> {
+    std::fs::remove_dir_all(dir).map_err(BenchError::io("remove", dir))
+}
+
+/// A process in a mount namespace of its own, standing for the container's init between
+/// runc's mounts and `pivot_root`: the rootfs bind-mounted onto itself, `proc` and a
+/// tmpfs `/dev` in it. Killed when dropped, which ends the namespace and its mounts.
+struct Helper {
+    child: Child,
+}
+
+/// Run by `sh` inside the new namespace, with the rootfs as `$1`.
+const HELPER_SCRIPT: &str = r#"mount --bind "$1" "$1" && mount -t proc proc "$1/proc" && mount -t tmpfs -o nosuid,mode=755 tmpfs "$1/dev" && exec sleep 600"#;
+
+impl Helper {
+    fn start(rootfs: &Path) -> Result<Helper, BenchError> {
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(HELPER_SCRIPT)
+            .arg("sh")
+            .arg(rootfs)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let line = measure::describe(&command);
+        let child = command.spawn().map_err(|source| BenchError::Spawn {
+            program: line.clone(),
+            source,
+        })?;
+        let mut helper = Helper { child };
+        // unshare and sh exec in place: the pid is sleep's once the mounts are done.
+        let comm = PathBuf::from(format!("/proc/{}/comm", helper.pid()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+                return Ok(helper);
+            }
+            if let Ok(Some(status)) = helper.child.try_wait() {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = helper.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+                }
+                return Err(BenchError::Helper {
+                    command: line,
+                    status: status.to_string(),
+                    stderr: stderr_details(&stderr),
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(BenchError::TimedOut {
+                    command: line,
+                    seconds: 10,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The container-start benchmark (docs/performance.md): builds nvc in release mode, then
+# runs nvc-bench, which times /bin/true containers through plain runc and through nvc,
+# and writes its tables into a section of docs/performance.md (and target/bench/).
+# Run as root on Debian: runc, device nodes and mounts need it.
+#
+#   scripts/bench.sh                                     # fake driver trees: the `dev` section
+#   scripts/bench.sh --real --gpus 1,8,64 --section gpu  # the host's real driver
+#   scripts/bench.sh --quick                             # a smoke test; the doc is left alone
+#
+# Every other option goes to nvc-bench (`target/release/nvc-bench --help`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+    echo "bench.sh: run as root (runc, device nodes, mounts)" >&2
+    exit 1
+fi
+bash scripts/deps.sh runc busybox
+cargo build --release --locked --workspace
+
+section=dev
+quick=0
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[$i]}" in
+        --quick) quick=1 ;;
+        --section) section=${args[$((i + 1))]:-dev} ;;
+        --section=*) section=${args[$i]#--section=} ;;
+    esac
+done
+
+mkdir -p target/bench
+if [ "$quick" = 1 ]; then
+    exec target/release/nvc-bench --out target/bench/quick.md "$@"
+fi
+exec target/release/nvc-bench --out "target/bench/$section.md" \
+    --update-doc docs/performance.md --section "$section" "$@"
