@@ -924,3 +924,74 @@ fn deb_installs_runs_and_purges_back_to_the_users_config() {
         "the host's engine configs changed"
     );
 }
+
+/// The packaged binaries, not the workspace's: the .deb's `nvc` registers the .deb's
+/// `nvc-runtime` with dockerd, and `docker run --runtime=nv` gets its GPUs through them
+/// and the .deb's `nvc-hook`.
+#[test]
+fn deb_binaries_run_gpu_containers_with_dockerd() {
+    let w = World::new();
+    let bin_dir = workspace_bin("nvc").parent().unwrap().to_path_buf();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out_dir = w.path("deb");
+    let built = run(Command::new("bash")
+        .arg(repo.join("packaging/build-deb.sh"))
+        .arg("--bin-dir")
+        .arg(&bin_dir)
+        .arg("--out")
+        .arg(&out_dir));
+    built.assert_success();
+    let deb = PathBuf::from(built.stdout.lines().last().unwrap());
+    let pkg = w.path("pkg");
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&pkg)).assert_success();
+    let packaged = |name: &str| pkg.join("usr/bin").join(name);
+
+    // The test's nvc config, with the packaged hook.
+    let config = w.path("deb-config.toml");
+    let text = std::fs::read_to_string(&w.config).unwrap().replace(
+        &workspace_bin("nvc-hook").display().to_string(),
+        &packaged("nvc-hook").display().to_string(),
+    );
+    assert!(
+        text.contains(&packaged("nvc-hook").display().to_string()),
+        "{text}"
+    );
+    std::fs::write(&config, text).unwrap();
+    let daemon_json = w.path("deb-daemon.json");
+    let configured = run(Command::new(packaged("nvc"))
+        .args(["runtime", "configure", "--runtime", "docker", "--config"])
+        .arg(&daemon_json)
+        .arg("--runtime-path")
+        .arg(packaged("nvc-runtime"))
+        .env_remove("NVC_CONFIG"));
+    configured.assert_success();
+
+    let dockerd = Dockerd::start(
+        &w.path("docker"),
+        &daemon_json,
+        &[
+            ("PATH", nvc_tests::engine_path().as_os_str()),
+            ("NVC_CONFIG", config.as_os_str()),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    dockerd
+        .import(&w.tarball, IMAGE)
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let mut opts: Vec<String> = vec![
+        "--runtime=nv".into(),
+        "-e".into(),
+        "NVIDIA_VISIBLE_DEVICES=all".into(),
+    ];
+    opts.extend(w.fake_proc_flags());
+    let out = dockerd.run(&opts, IMAGE, &["sh", "-c", PROBE]);
+    let context = format!(
+        "packaged binaries\nnvc log:\n{}\ndockerd log:\n{}",
+        w.nvc_log(),
+        dockerd.log_tail(20)
+    );
+    assert_gpus(&out, &w.gpus(), &context);
+    let cgroup = dockerd.cgroup_parent.clone();
+    drop(dockerd);
+    w.assert_clean(&[cgroup]);
+}
