@@ -215,28 +215,6 @@ pub fn list(args: &ListArgs) -> Result<(), CliError> {
 /// Prints aligned columns; a closed stdout (`nvc list | head`) is not an error.
 fn print_table(rows: &[Vec<String>]) {
     use std::io::Write;
-    let mut text = String::new();
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|s| s.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i + 1 == row.len() {
-                line.push_str(cell);
-            } else {
-                line.push_str(&format!("{cell:<w$}  ", w = widths[i]));
-            }
-        }
-        text.push_str(line.trim_end());
-        text.push('\n');
-    }
+    let text = crate::check::render_table(rows);
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }

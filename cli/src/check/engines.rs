@@ -212,26 +212,7 @@ fn expand_glob(pattern: &Path) -> Vec<PathBuf> {
 
 /// Shell-style matching of `*` and `?` (no classes), as containerd's imports use it.
 fn wildcard_match(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
-    // Classic two-pointer match with backtracking to the last `*`.
-    let (mut pi, mut ni) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ni < n.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
-            pi += 1;
-            ni += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ni));
-            pi += 1;
-        } else if let Some((sp, sn)) = star {
-            pi = sp + 1;
-            ni = sn + 1;
-            star = Some((sp, sn + 1));
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
+    libnvc::engines::containerd::glob_component(pattern, name)
 }
 
 /// CRI-O: crio.conf or a drop-in names nvc-runtime.
