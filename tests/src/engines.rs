@@ -18,6 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::harness::{describe, read_lossy};
 use crate::{container_id, Outcome};
 
 /// How long one engine command (`docker run`, `ctr images import`, `podman run`) may take.
@@ -920,20 +921,4 @@ fn sha256_file(path: &Path) -> Result<String, EngineError> {
         .next()
         .unwrap_or_default()
         .to_string())
-}
-
-fn describe(command: &Command) -> String {
-    let mut line: Vec<String> = command
-        .get_envs()
-        .filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy())))
-        .collect();
-    line.push(command.get_program().to_string_lossy().into_owned());
-    line.extend(command.get_args().map(|a| a.to_string_lossy().into_owned()));
-    line.join(" ")
-}
-
-fn read_lossy(path: &Path) -> String {
-    std::fs::read(path)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default()
 }

@@ -382,7 +382,8 @@ impl Drop for Runtime {
     }
 }
 
-fn describe(command: &Command) -> String {
+/// A command line with its environment, for messages.
+pub(crate) fn describe(command: &Command) -> String {
     let mut line: Vec<String> = command
         .get_envs()
         .filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy())))
@@ -392,7 +393,8 @@ fn describe(command: &Command) -> String {
     line.join(" ")
 }
 
-fn read_lossy(path: &Path) -> String {
+/// A file's text, lossily; empty when unreadable.
+pub(crate) fn read_lossy(path: &Path) -> String {
     std::fs::read(path)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default()

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+use crate::tree::{inside, mkdirs, symlink, write_file};
 use crate::{is_root, FakeError};
 
 /// Where the probe is inside every test rootfs.
@@ -565,26 +566,4 @@ fn run_ldconfig(root: &Path) -> Result<(), FakeError> {
         }),
         other => other,
     }
-}
-
-fn write_file(path: &Path, contents: impl AsRef<[u8]>, mode: u32) -> Result<(), FakeError> {
-    if let Some(parent) = path.parent() {
-        mkdirs(parent)?;
-    }
-    std::fs::write(path, contents).map_err(FakeError::io("write", path))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .map_err(FakeError::io("set permissions of", path))
-}
-
-fn symlink(target: impl AsRef<Path>, link: &Path) -> Result<(), FakeError> {
-    std::os::unix::fs::symlink(target, link).map_err(FakeError::io("create symlink", link))
-}
-
-fn mkdirs(path: &Path) -> Result<(), FakeError> {
-    std::fs::create_dir_all(path).map_err(FakeError::io("create directory", path))
-}
-
-/// `root` joined with an absolute in-root path.
-fn inside(root: &Path, path: &str) -> PathBuf {
-    root.join(path.trim_start_matches('/'))
 }

@@ -165,16 +165,16 @@ pub(crate) fn write_file(
         .map_err(FakeError::io("set permissions of", path))
 }
 
-fn symlink(target: impl AsRef<Path>, link: &Path) -> Result<(), FakeError> {
+pub(crate) fn symlink(target: impl AsRef<Path>, link: &Path) -> Result<(), FakeError> {
     std::os::unix::fs::symlink(target, link).map_err(FakeError::io("create symlink", link))
 }
 
-fn mkdirs(path: &Path) -> Result<(), FakeError> {
+pub(crate) fn mkdirs(path: &Path) -> Result<(), FakeError> {
     std::fs::create_dir_all(path).map_err(FakeError::io("create directory", path))
 }
 
 /// `root` joined with an absolute in-root path.
-fn inside(root: &Path, path: &str) -> PathBuf {
+pub(crate) fn inside(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
