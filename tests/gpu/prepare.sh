@@ -10,6 +10,8 @@ mkdir -p "$carry/bin" "$carry/debs"
 cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-fake-driver,nvc-bench} "$carry/bin/"
 # The benchmark's small rootfs (the GPU machine's own is built there by validate.py).
 rm -rf "$carry/bench" && target/release/nvc-demo-bundle "$carry/bench" -- /bin/true >/dev/null
+# The payload hostile.sh puts in images (no compiler on the GPU machine).
+mkdir -p "$carry/poc" && gcc -shared -fPIC -o "$carry/poc/poc.so" tests/gpu/poc.c
 if [ ! -x "$carry/runc/usr/sbin/runc" ]; then
     (cd "$carry/debs" && apt-get download runc libseccomp2 busybox-static)
     rm -rf "$carry/runc" && mkdir -p "$carry/runc"

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Hostile images against the real driver on the GPU machine: each case is a fresh copy of
+# the small rootfs with one attack in it, started through nvc-runtime under real runc.
+# Every case checks that the attack had no effect on the host (a sentinel tree, the host's
+# /etc/ld.so.cache, its mount table, no marker file) and that the container either started
+# or failed with a message naming the path. Needs .device-carry/ from tests/gpu/prepare.sh.
+# Usage: tests/gpu/hostile.sh [OUT_DIR] [RACE_STARTS]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+carry=$PWD/.device-carry
+out=${1:-/tmp/nvc-hostile}
+race_starts=${2:-300}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/nvc-hostile.XXXXXX)
+fail=0
+check() { # check NAME CONDITION-COMMAND...
+    local name=$1; shift
+    if "$@"; then echo "PASS $name"; else echo "FAIL $name"; fail=1; fi
+}
+
+. tests/gpu/common.sh
+
+# What must not change: a sentinel tree, the host's ld.so.cache and mount table.
+outside=$work/outside
+mkdir -p "$outside/etc" "$outside/lib"
+echo sentinel >"$outside/etc/ld.so.cache"
+echo sentinel >"$outside/lib/libcuda.so.1"
+echo sentinel >"$outside/host-secret"
+digest() { (cd "$outside" && find . -printf '%p %y %s %m\n' | sort && find . -type f -exec sha256sum {} + | sort) | sha256sum; }
+outside_before=$(digest)
+cache_before=$(sha256sum /etc/ld.so.cache)
+mounts_before=$(awk '{print $5}' /proc/self/mountinfo | sort)
+marker=/tmp/nvc-poc-marker
+rm -f "$marker"
+host_unchanged() {
+    [ "$(digest)" = "$outside_before" ] && [ "$(sha256sum /etc/ld.so.cache)" = "$cache_before" ] &&
+        [ "$(awk '{print $5}' /proc/self/mountinfo | sort)" = "$mounts_before" ] && [ ! -e "$marker" ]
+}
+
+# hostile NAME PATH-IN-ROOTFS PREP-SHELL-COMMAND: PREP runs in the copy of the rootfs.
+hostile() {
+    local name=$1 path=$2 prep=$3 b res
+    b=$(mktemp -d "$work/bundle.XXXXXX")
+    bundle "$b" 'NVIDIA_VISIBLE_DEVICES=all;NVIDIA_DRIVER_CAPABILITIES=all' \
+        'nvidia-smi -L >/dev/null 2>&1 && echo smi-ok; cat /host-secret /usr/lib/x86_64-linux-gnu/host-secret /lib/firmware/host-secret 2>/dev/null; echo started' >/dev/null
+    (cd "$b/rootfs" && eval "$prep")
+    res=$(cd "$b" && "$carry/bin/nvc-runtime" --root "$work/state" run "$(basename "$b")" 2>&1)
+    echo "--- $name: $(echo "$res" | tr '\n' ' ' | cut -c1-300)"
+    check "$name: the host is unchanged" host_unchanged
+    check "$name: nothing from the host is visible inside" test -z "$(grep -x sentinel <<<"$res")"
+    if grep -qx started <<<"$res"; then
+        echo "    (started)"
+    else
+        check "$name: the failure names $path" grep -qF "$path" <<<"$res"
+    fi
+    "$carry/runc/usr/sbin/runc" --root "$work/state" delete -f "$(basename "$b")" >/dev/null 2>&1
+}
+
+link() { # link PATH TARGET: replaces PATH in the rootfs by a symlink
+    echo "rm -rf ./$1; mkdir -p \$(dirname ./$1); ln -s '$2' ./$1"
+}
+version=$(sed -n 's/.*Kernel Module *\([0-9.]*\).*/\1/p' /proc/driver/nvidia/version | head -1)
+for path in usr/lib/x86_64-linux-gnu usr/bin lib/firmware lib/firmware/nvidia/$version etc \
+    etc/ld.so.cache etc/ld.so.conf.d usr/local/cuda/compat usr/share/vulkan/icd.d \
+    usr/share/glvnd/egl_vendor.d run/nvidia-persistenced; do
+    hostile "/$path -> absolute" "/$path" "$(link "$path" "$outside")"
+    hostile "/$path -> ../" "/$path" "$(link "$path" "../../../../../../../../..$outside")"
+    hostile "/$path -> /proc/1/root" "/$path" "$(link "$path" "/proc/1/root$outside")"
+    hostile "/$path -> /proc/self/cwd" "/$path" "$(link "$path" "/proc/self/cwd/../../../../..$outside")"
+    hostile "/$path -> dangling" "/$path" "$(link "$path" "/nowhere/at/all")"
+done
+# CVE-2024-0132 / CVE-2025-23359: compat libraries that point at the host through /proc.
+hostile "compat libcuda -> /proc/1/cwd" /usr/local/cuda/compat \
+    "mkdir -p usr/local/cuda/compat && ln -s /proc/1/cwd$outside/lib/libcuda.so.1 usr/local/cuda/compat/libcuda.so.999.1.1 && ln -s libcuda.so.999.1.1 usr/local/cuda/compat/libcuda.so.1"
+hostile "compat libcuda -> /proc/1/root/" /usr/local/cuda/compat \
+    "mkdir -p usr/local/cuda/compat && ln -s /proc/1/root/ usr/local/cuda/compat/libcuda.so.999.1.1"
+# CVE-2025-23267: the container's ld.so.cache linked at the host's.
+hostile "ld.so.cache -> /proc/1/root/etc/ld.so.cache" /etc/ld.so.cache \
+    "rm -f etc/ld.so.cache && ln -s /proc/1/root/etc/ld.so.cache etc/ld.so.cache"
+# CVE-2025-23266: the image's environment loads a payload.
+hostile "LD_PRELOAD=/proc/self/cwd/poc.so" / \
+    "cp '$carry/poc/poc.so' ./poc.so && sed -i 's#\"NVIDIA_VISIBLE_DEVICES=all\"#\"NVIDIA_VISIBLE_DEVICES=all\", \"LD_PRELOAD=/proc/self/cwd/poc.so\", \"LD_AUDIT=$carry/poc/poc.so\", \"LD_LIBRARY_PATH=$carry/poc\"#' ../config.json"
+# CVE-2024-0135/0136/0137: the image's ldconfig must never run.
+hostile "image ldconfig" /sbin/ldconfig \
+    "for f in sbin/ldconfig sbin/ldconfig.real usr/sbin/ldconfig; do mkdir -p \$(dirname \$f); rm -f \$f; printf '#!/bin/sh\ntouch $marker\n' >\$f; chmod 755 \$f; done"
+
+# CVE-2026-24260: a directory of the rootfs flips between a real directory and a link to
+# the outside while containers start from that one rootfs.
+echo; echo "--- race: /usr/lib/x86_64-linux-gnu flipping, $race_starts starts"
+race=$work/race
+bundle "$race" NVIDIA_VISIBLE_DEVICES=all 'echo started' >/dev/null
+lib=$race/rootfs/usr/lib/x86_64-linux-gnu
+ln -s "$outside" "$lib.link"
+# renameat2(RENAME_EXCHANGE): the path is always there, a real directory one moment and a
+# link to the outside the next.
+python3 - "$lib" "$lib.link" <<'PY' &
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = (os.fsencode(p) for p in sys.argv[1:3])
+while True:
+    if libc.renameat2(-100, a, -100, b, 2) != 0:
+        sys.exit("renameat2: " + os.strerror(ctypes.get_errno()))
+PY
+flipper=$!
+ok=0 failed=0 silent=0
+for i in $(seq "$race_starts"); do
+    if res=$(cd "$race" && "$carry/bin/nvc-runtime" --root "$work/state" run "race$i" 2>&1); then
+        ok=$((ok + 1))
+    else
+        failed=$((failed + 1))
+        [ -z "$res" ] && silent=$((silent + 1))
+    fi
+    "$carry/runc/usr/sbin/runc" --root "$work/state" delete -f "race$i" >/dev/null 2>&1
+done
+kill "$flipper"; wait "$flipper" 2>/dev/null
+echo "race: $ok started, $failed failed ($silent without a message)"
+check "race: the host is unchanged after $race_starts starts" host_unchanged
+check "race: every failure has a message" test "$silent" = 0
+
+echo
+check "the host's mount table is as before" test "$mounts_before" = "$(awk '{print $5}' /proc/self/mountinfo | sort)"
+echo; [ $fail = 0 ] && echo "ALL PASSED" || echo "SOME FAILED"
+exit $fail
