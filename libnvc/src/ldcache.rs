@@ -178,6 +178,12 @@ pub enum LdCacheError {
     /// [`write`] was given a name or path with a NUL byte.
     #[error("cache string {0:?} contains a NUL byte")]
     NulInString(String),
+    /// [`write`] was given a name or path that [`parse`] would reject as too long.
+    #[error("cache string of {len} bytes is too long (at most {} bytes)", MAX_STRING_LEN - 1)]
+    StringTooLongToWrite {
+        /// The string's length in bytes.
+        len: usize,
+    },
     /// [`write`] was given more than a 32-bit cache can address.
     #[error("cache would be larger than 4 GiB")]
     TooLargeToWrite,
@@ -431,6 +437,10 @@ impl<'a> StringTable<'a> {
         }
         if s.as_bytes().contains(&0) {
             return Err(LdCacheError::NulInString(s.to_string()));
+        }
+        // What the writer writes, the parser must read back.
+        if s.len() >= MAX_STRING_LEN {
+            return Err(LdCacheError::StringTooLongToWrite { len: s.len() });
         }
         // The whole file must stay addressable by u32 offsets.
         let offset = self
@@ -1638,6 +1648,40 @@ mod tests {
         let empty = write(&[]).unwrap();
         assert_eq!(empty.len(), NEW_HEADER_SIZE);
         assert_eq!(parse(&empty).unwrap().entries, []);
+    }
+
+    #[test]
+    fn written_strings_are_ones_parse_reads_back() {
+        // The longest string the parser takes round-trips; one byte more is refused by
+        // the writer rather than written into a cache nothing can read.
+        let longest = Entry {
+            name: "l".repeat(MAX_STRING_LEN - 1),
+            path: format!("/{}", "p".repeat(MAX_STRING_LEN - 2)),
+            flags: 0x0303,
+            hwcap: 0,
+        };
+        let cache = parse(&write(std::slice::from_ref(&longest)).unwrap()).unwrap();
+        assert_eq!(cache.entries, std::slice::from_ref(&longest));
+        for too_long in [
+            Entry {
+                name: "l".repeat(MAX_STRING_LEN),
+                ..longest.clone()
+            },
+            Entry {
+                path: "/".repeat(5000),
+                ..longest
+            },
+        ] {
+            let err = write(&[too_long]).unwrap_err();
+            assert!(
+                matches!(err, LdCacheError::StringTooLongToWrite { len } if len >= MAX_STRING_LEN),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            LdCacheError::StringTooLongToWrite { len: 5000 }.to_string(),
+            "cache string of 5000 bytes is too long (at most 4095 bytes)"
+        );
     }
 
     #[test]
