@@ -84,6 +84,38 @@ pub enum FsError {
         /// The container's root filesystem on the host.
         root: PathBuf,
     },
+    /// A symbolic link on the path (the path itself or one of its directories) leads to
+    /// nothing inside the root: its target is missing there. It is never followed outside
+    /// the root, and nothing is created along it.
+    #[error("cannot {op} {path} in {root}: {link} is a dangling symbolic link to {target}, which does not exist inside the container; fix or remove the link in the image")]
+    DanglingLink {
+        /// What was being done.
+        op: &'static str,
+        /// The path as seen inside the container.
+        path: PathBuf,
+        /// The container's root filesystem on the host.
+        root: PathBuf,
+        /// The link, as seen inside the container.
+        link: PathBuf,
+        /// What the link says.
+        target: PathBuf,
+    },
+    /// A symbolic link on the path cannot be followed inside the root: it loops, starts a
+    /// chain of more than 40 links, or goes through a procfs magic link (`/proc/N/root`,
+    /// `/proc/self/cwd`, `/proc/self/fd/N`), which could lead out of the container.
+    #[error("cannot {op} {path} in {root}: {link} is a symbolic link to {target}, which cannot be followed inside the container (a loop, more than 40 links, or a /proc magic link); fix or remove the link in the image")]
+    UnfollowableLink {
+        /// What was being done.
+        op: &'static str,
+        /// The path as seen inside the container.
+        path: PathBuf,
+        /// The container's root filesystem on the host.
+        root: PathBuf,
+        /// The link, as seen inside the container.
+        link: PathBuf,
+        /// What the link says.
+        target: PathBuf,
+    },
     /// Something of the wrong type is at the path: it is never followed nor replaced.
     #[error("cannot {op} {path} in {root}: it is {found}")]
     WrongType {
@@ -235,9 +267,13 @@ pub enum FsError {
 }
 
 impl FsError {
-    /// Whether this is [`FsError::NotFound`].
+    /// Whether the path does not exist inside the root: [`FsError::NotFound`], or
+    /// [`FsError::DanglingLink`] (a link to nothing is a missing file).
     pub fn is_not_found(&self) -> bool {
-        matches!(self, FsError::NotFound { .. })
+        matches!(
+            self,
+            FsError::NotFound { .. } | FsError::DanglingLink { .. }
+        )
     }
 }
 
@@ -806,6 +842,28 @@ impl ContainerRoot {
     }
 
     fn err(&self, op: &'static str, path: &Path, e: Errno) -> FsError {
+        if e == Errno::NOENT || e == Errno::LOOP {
+            if let Some((link, target, why)) = self.broken_link(path) {
+                let (root, path) = (self.path.clone(), path.to_path_buf());
+                return if why == Errno::NOENT {
+                    FsError::DanglingLink {
+                        op,
+                        path,
+                        root,
+                        link,
+                        target,
+                    }
+                } else {
+                    FsError::UnfollowableLink {
+                        op,
+                        path,
+                        root,
+                        link,
+                        target,
+                    }
+                };
+            }
+        }
         if e == Errno::NOENT {
             FsError::NotFound {
                 op,
@@ -820,6 +878,37 @@ impl ContainerRoot {
                 source: e.into(),
             }
         }
+    }
+
+    /// The first symbolic link along `path` (its directories, then the path itself)
+    /// that cannot be followed inside the root, what it says, and why it cannot be
+    /// followed (`ENOENT`: dangling, `ELOOP`: a loop, too long a chain or a magic link);
+    /// `None` when the path fails for another reason (a plain missing file). Only asked
+    /// once an operation has failed, to say why.
+    fn broken_link(&self, path: &Path) -> Option<(PathBuf, PathBuf, Errno)> {
+        let mut prefix = PathBuf::from("/");
+        for component in path.components() {
+            match component {
+                Component::Normal(_) | Component::ParentDir => prefix.push(component),
+                _ => continue,
+            }
+            let Ok(fd) = self.lookup(&prefix, false) else {
+                return None;
+            };
+            let st = rustix::fs::fstat(&fd).ok()?;
+            if FileKind::of(&st) != FileKind::Symlink {
+                continue;
+            }
+            let why = match self.lookup(&prefix, true) {
+                Ok(_) => continue,
+                Err(why @ (Errno::NOENT | Errno::LOOP)) => why,
+                Err(_) => return None,
+            };
+            let target = rustix::fs::readlinkat(&fd, "", Vec::new()).ok()?;
+            let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
+            return Some((prefix, target, why));
+        }
+        None
     }
 
     fn wrong_type(&self, op: &'static str, path: &Path, found: FileKind) -> FsError {

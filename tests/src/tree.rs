@@ -247,11 +247,35 @@ const VULKAN_LAYERS: &str = r#"{
 }
 "#;
 
+const EGL_GBM_PLATFORM: &str = r#"{
+    "file_format_version" : "1.0.0",
+    "ICD" : {
+        "library_path" : "libnvidia-egl-gbm.so.1"
+    }
+}
+"#;
+
+const EGL_WAYLAND_PLATFORM: &str = r#"{
+    "file_format_version" : "1.0.0",
+    "ICD" : {
+        "library_path" : "libnvidia-egl-wayland.so.1"
+    }
+}
+"#;
+
 /// The JSON files, relative to a `share` directory.
-const SHARE_FILES: [(&str, &str); 3] = [
+const SHARE_FILES: [(&str, &str); 5] = [
     ("vulkan/icd.d/nvidia_icd.json", VULKAN_ICD),
     ("glvnd/egl_vendor.d/10_nvidia.json", EGL_VENDOR),
     ("vulkan/implicit_layer.d/nvidia_layers.json", VULKAN_LAYERS),
+    (
+        "egl/egl_external_platform.d/15_nvidia_gbm.json",
+        EGL_GBM_PLATFORM,
+    ),
+    (
+        "egl/egl_external_platform.d/10_nvidia_wayland.json",
+        EGL_WAYLAND_PLATFORM,
+    ),
 ];
 
 const FIRMWARE: [&str; 2] = ["gsp_ga10x.bin", "gsp_tu10x.bin"];

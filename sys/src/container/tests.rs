@@ -380,7 +380,9 @@ fn resolve_stays_inside_the_root() {
         assert_eq!(
             err.to_string(),
             format!(
-                "cannot resolve /dangling in {}: it does not exist",
+                "cannot resolve /dangling in {}: /dangling is a dangling symbolic link to \
+                 /nonexistent, which does not exist inside the container; fix or remove the \
+                 link in the image",
                 rootfs.display()
             )
         );
@@ -420,26 +422,41 @@ fn resolve_follows_forty_links_and_refuses_forty_one_and_loops() {
         // /chain/2 -> ... -> /chain/41 -> /etc is 40 links; /chain/1 adds one.
         let fd = root.resolve(Path::new("/chain/2")).unwrap();
         assert_eq!(host_path_of(&fd), rootfs.join("etc"), "{resolver:?}");
+        // The error names the first link that cannot be followed and what it says.
+        for path in ["/chain/1", "/chain/1/ld.so.conf"] {
+            let err = root.resolve(Path::new(path)).unwrap_err();
+            assert!(
+                matches!(&err, FsError::UnfollowableLink { link, target, .. }
+                    if link == Path::new("/chain/1") && target == Path::new("/chain/2")),
+                "{resolver:?} {path}: {err:?}"
+            );
+        }
         let err = root.resolve(Path::new("/chain/1")).unwrap_err();
-        assert!(
-            matches!(&err, FsError::Io { source, .. } if source.raw_os_error() == Some(libc::ELOOP)),
-            "{resolver:?}: {err:?}"
-        );
-        let err = root.resolve(Path::new("/chain/1/ld.so.conf")).unwrap_err();
-        assert!(
-            matches!(&err, FsError::Io { source, .. } if source.raw_os_error() == Some(libc::ELOOP)),
-            "{resolver:?}: {err:?}"
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot resolve /chain/1 in {}: /chain/1 is a symbolic link to /chain/2, which \
+                 cannot be followed inside the container (a loop, more than 40 links, or a \
+                 /proc magic link); fix or remove the link in the image",
+                rootfs.display()
+            )
         );
 
         host_symlink("b", rootfs.join("a")).unwrap();
         host_symlink("a", rootfs.join("b")).unwrap();
         host_symlink("self", rootfs.join("self")).unwrap();
-        for path in ["/a", "/b/x", "/self"] {
+        for (path, link, target) in [
+            ("/a", "/a", "b"),
+            ("/b/x", "/b", "a"),
+            ("/self", "/self", "self"),
+        ] {
             let err = root.resolve(Path::new(path)).unwrap_err();
             assert!(
-                matches!(&err, FsError::Io { source, .. } if source.raw_os_error() == Some(libc::ELOOP)),
+                matches!(&err, FsError::UnfollowableLink { link: l, target: t, .. }
+                    if l == Path::new(link) && t == Path::new(target)),
                 "{resolver:?} {path}: {err:?}"
             );
+            assert!(!err.is_not_found(), "{resolver:?} {path}: {err:?}");
         }
     }
 }
@@ -475,11 +492,21 @@ fn magic_links_are_refused() {
                 // first (pid 1's).
                 let err = root.resolve(Path::new(path)).unwrap_err();
                 assert!(
-                    matches!(&err, FsError::Io { source, .. }
-                        if matches!(source.raw_os_error(), Some(libc::ELOOP | libc::EACCES))),
+                    matches!(&err, FsError::UnfollowableLink { .. })
+                        || matches!(&err, FsError::Io { source, .. }
+                            if source.raw_os_error() == Some(libc::EACCES)),
                     "{resolver:?} {path}: {err:?}"
                 );
             }
+            // The image's own link to a magic link is named, with what it says.
+            let err = root
+                .mkdir_all(Path::new("/magic/nvidia"), 0o755)
+                .unwrap_err();
+            assert!(
+                matches!(&err, FsError::UnfollowableLink { link, target, .. }
+                    if link == Path::new("/magic") && target == Path::new("/proc/self/root/etc")),
+                "{resolver:?}: {err:?}"
+            );
             // procfs's plain links are still followed.
             let fd = root.resolve(Path::new("/proc/self/mountinfo")).unwrap();
             assert!(
@@ -533,7 +560,9 @@ fn mkdir_all_makes_missing_directories_inside_the_root() {
         assert_eq!(
             err.to_string(),
             format!(
-                "cannot create directory /dangling in {}: it does not exist",
+                "cannot create directory /dangling in {}: /dangling is a dangling symbolic \
+                 link to /nowhere/deep, which does not exist inside the container; fix or \
+                 remove the link in the image",
                 rootfs.display()
             )
         );

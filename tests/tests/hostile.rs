@@ -1,0 +1,1258 @@
+//! Hostile images through real runc and nvc-runtime: root file systems built to attack the
+//! hook, which runs as root on the host and works inside the container's rootfs. Links out
+//! of the rootfs at every path nvc reads, writes, lists or mounts onto; the wrong kind of
+//! file where nvc expects a file or a directory; a payload library in the image's
+//! environment; the image's own ldconfig; a directory flipped to a link while containers
+//! start; device nodes made inside the container.
+//!
+//! Every case asserts both that the attack had no effect (a sentinel tree outside the
+//! rootfs, the host's mount table and `/etc/ld.so.cache` unchanged, no marker written,
+//! nothing of the outside visible inside) and that the container either started or was
+//! refused with a message naming the attacked path. Needs root.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use nvc_tests::{
+    container_id, host_mounts, nvc_config_for, require_root, tree_digest, Bundle, FakeDriver,
+    FakeDriverSpec, Outcome, RootfsSpec, Runtime, BUSYBOX_APPLETS, DEFAULT_PATH_ENV,
+};
+use serde_json::json;
+
+/// The fake driver's version.
+const VERSION: &str = "999.88.77";
+/// The image's library folder.
+const LIB: &str = "/usr/lib/x86_64-linux-gnu";
+/// A name and a content only the outside tree has: seeing it inside is a leak.
+const SENTINEL: &str = "nvc-sentinel-outside";
+/// The containers' own tools: a static busybox that no attack on `/usr/bin` or the
+/// library folder reaches.
+const TOOLS: &str = "/.hostile/bin";
+/// Containers started at once.
+const WORKERS: usize = 3;
+
+// ---------------------------------------------------------------------------------------
+// What must not change.
+
+/// A sentinel tree outside the rootfs, and the host's view of what must not change.
+struct Outside {
+    dir: PathBuf,
+    digest: String,
+    mounts: Vec<String>,
+    ld_cache: Vec<u8>,
+    lab: PathBuf,
+}
+
+/// The host's mount points, less those that other processes make and remove on their
+/// own while containers run: runc's transient bind mount of its own binary (`runc.XXXX`
+/// in a container's state directory) and anything in another test's temporary directory.
+/// A mount by the hook outside the rootfs would land anywhere else, or in `lab`.
+fn host_mounts_of_interest(lab: &Path) -> Vec<String> {
+    let tmp = std::env::temp_dir();
+    host_mounts()
+        .into_iter()
+        .filter(|m| {
+            let m = Path::new(m);
+            if m.starts_with(lab) {
+                let runc_clone = m
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("runc."));
+                return !runc_clone;
+            }
+            !(m.starts_with(&tmp) && m != tmp)
+        })
+        .collect()
+}
+
+impl Outside {
+    /// Writes `<base>/outside`: files named and filled like the ones nvc writes or mounts
+    /// onto, each holding [`SENTINEL`], and a file named [`SENTINEL`]. `base` is in the
+    /// lab's directory.
+    fn new(base: &Path, lab: &Path) -> Outside {
+        let dir = base.join("outside");
+        for file in [
+            "etc/ld.so.cache",
+            "libcuda.so.1",
+            "nvidia-smi",
+            "nvc-sentinel-outside",
+            "gsp_ga10x.bin",
+            "nvidia_icd.json",
+            "socket",
+        ] {
+            let path = dir.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, SENTINEL).unwrap();
+        }
+        Outside {
+            digest: tree_digest(&dir),
+            mounts: host_mounts_of_interest(lab),
+            ld_cache: std::fs::read("/etc/ld.so.cache").unwrap_or_default(),
+            lab: lab.to_path_buf(),
+            dir,
+        }
+    }
+
+    /// What changed, if anything.
+    fn changes(&self) -> Option<String> {
+        if let Some(digest) = self.tree_change() {
+            return Some(format!(
+                "the outside tree changed:\nbefore:\n{}after:\n{digest}",
+                self.digest
+            ));
+        }
+        let mounts = host_mounts_of_interest(&self.lab);
+        if mounts != self.mounts {
+            let added: Vec<&String> = mounts.iter().filter(|m| !self.mounts.contains(m)).collect();
+            let gone: Vec<&String> = self.mounts.iter().filter(|m| !mounts.contains(m)).collect();
+            return Some(format!(
+                "the host's mount table changed: added {added:?}, removed {gone:?}"
+            ));
+        }
+        if std::fs::read("/etc/ld.so.cache").unwrap_or_default() != self.ld_cache {
+            return Some("the host's /etc/ld.so.cache changed".into());
+        }
+        None
+    }
+
+    /// The outside tree's digest now, if it is not what it was.
+    fn tree_change(&self) -> Option<String> {
+        let digest = tree_digest(&self.dir);
+        (digest != self.digest).then_some(digest)
+    }
+
+    #[track_caller]
+    fn assert_untouched(&self, what: &str) {
+        if let Some(change) = self.changes() {
+            panic!("{what}: {change}");
+        }
+    }
+}
+
+/// Replaces whatever is at `inner` (a path inside `rootfs`) with a link to `target`.
+fn replace_with_link(rootfs: &Path, inner: &str, target: &str) {
+    let p = host_path(rootfs, inner);
+    remove_any(&p);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(target, &p).unwrap();
+}
+
+/// `rootfs` joined with the in-root path `inner`, links not resolved.
+fn host_path(rootfs: &Path, inner: &str) -> PathBuf {
+    rootfs.join(inner.trim_start_matches('/'))
+}
+
+/// Removes what is at `p`, whatever it is; nothing if nothing is there.
+fn remove_any(p: &Path) {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p).unwrap(),
+        Ok(_) => std::fs::remove_file(p).unwrap(),
+        Err(_) => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The lab: one fake driver and one pristine rootfs per test.
+
+/// Every GPU and every capability, so every kind of file is injected.
+fn all_gpus() -> Vec<String> {
+    vec![
+        "NVIDIA_VISIBLE_DEVICES=all".to_string(),
+        "NVIDIA_DRIVER_CAPABILITIES=all".to_string(),
+    ]
+}
+
+struct Lab {
+    dir: tempfile::TempDir,
+    fake: FakeDriver,
+    pristine: PathBuf,
+    config: PathBuf,
+    next: AtomicUsize,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        require_root("hostile images need runc, device nodes and mounts");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("driver")).unwrap();
+        let fake = FakeDriverSpec::default()
+            .build(&dir.path().join("driver"))
+            .unwrap();
+        let rootfs = RootfsSpec::default()
+            .build(&dir.path().join("pristine"))
+            .unwrap();
+        let tools = host_path(&rootfs.path, TOOLS);
+        std::fs::create_dir_all(&tools).unwrap();
+        std::fs::copy(rootfs.path.join("usr/bin/busybox"), tools.join("busybox")).unwrap();
+        for applet in BUSYBOX_APPLETS {
+            std::os::unix::fs::symlink("busybox", tools.join(applet)).unwrap();
+        }
+        let config = nvc_config_for(&fake, dir.path()).unwrap();
+        Lab {
+            pristine: rootfs.path,
+            dir,
+            fake,
+            config,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn n(&self) -> usize {
+        self.next.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// nvc-runtime with a state directory (and so a runc log) of its own, so that a
+    /// failure's message is this runtime's.
+    fn nvc(&self) -> Runtime {
+        Runtime::nvc(
+            &self.path().join(format!("state{}", self.n())),
+            &self.config,
+        )
+    }
+
+    /// Plain runc, for control runs without nvc.
+    fn runc(&self) -> Runtime {
+        Runtime::runc(&self.path().join(format!("runc-state{}", self.n())))
+    }
+
+    /// A fresh directory with a copy of the pristine rootfs at `<dir>/rootfs`.
+    fn fresh(&self) -> PathBuf {
+        let dir = self.path().join(format!("case{}", self.n()));
+        std::fs::create_dir(&dir).unwrap();
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(&self.pristine)
+            .arg(dir.join("rootfs"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "cp -a of the pristine rootfs failed");
+        dir
+    }
+
+    /// A bundle for `rootfs` in a fresh directory, running `script` with the tools first
+    /// on PATH and `env` after it.
+    fn bundle(&self, rootfs: &Path, env: &[String], script: &str) -> Bundle {
+        let path = DEFAULT_PATH_ENV.replacen("PATH=", &format!("PATH={TOOLS}:"), 1);
+        Bundle::new(&self.path().join(format!("bundle{}", self.n())), rootfs)
+            .unwrap()
+            .args(&[format!("{TOOLS}/sh"), "-c".into(), script.into()])
+            .set("/process/env/0", json!(path))
+            .env(env)
+            .write()
+            .unwrap()
+    }
+
+    fn nvc_log(&self) -> String {
+        std::fs::read_to_string(self.path().join("nvc.log")).unwrap_or_default()
+    }
+}
+
+/// The hook's message in a failed outcome (from runc's log or stderr), else the last line
+/// of stderr.
+fn message(out: &Outcome) -> String {
+    let said = format!("{}\n{}", out.stderr, out.log_messages().join("\n"));
+    if let Some(at) = said.find("nvc-hook: ") {
+        let rest = &said[at..];
+        let end = rest.find('\n').unwrap_or(rest.len());
+        return rest[..end].trim_end().to_string();
+    }
+    said.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(no message)")
+        .to_string()
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+// ---------------------------------------------------------------------------------------
+// Cases.
+
+/// What a case must end in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// The container started and ran its script.
+    Starts,
+    /// The container was refused with a message naming the attacked path and saying this.
+    Refused(&'static str),
+    /// runc itself acts on the path before the hook runs (`/dev`): the container starts
+    /// or runc refuses it, naming the path, and whatever the attack does outside, plain
+    /// runc without nvc does exactly the same.
+    UpToRunc,
+}
+
+type Plant = Box<dyn Fn(&Path, &Path) + Send + Sync>;
+
+/// One hostile rootfs.
+struct Case {
+    /// Says which case failed.
+    name: String,
+    /// The path attacked, inside the container: a refusal names it, and nothing of the
+    /// outside may be visible there.
+    attacked: String,
+    /// Makes the rootfs hostile: called with the rootfs and the outside tree.
+    plant: Plant,
+    /// How it must end.
+    expect: Expect,
+    /// A shell command run in the container when it starts, and a line it must print.
+    check: Option<(String, String)>,
+}
+
+impl Case {
+    fn new(
+        name: String,
+        attacked: &str,
+        plant: impl Fn(&Path, &Path) + Send + Sync + 'static,
+        expect: Expect,
+    ) -> Case {
+        Case {
+            name,
+            attacked: attacked.to_string(),
+            plant: Box::new(plant),
+            expect,
+            check: None,
+        }
+    }
+
+    /// Runs `command` in the container, which must print `line`.
+    fn checking(mut self, command: &str, line: &str) -> Case {
+        self.check = Some((command.to_string(), line.to_string()));
+        self
+    }
+}
+
+/// The script every case's container runs: it says it started, looks for the outside's
+/// sentinel everywhere and at the attacked path, runs the case's check, and says done.
+fn case_script(attacked: &str, check: Option<&str>) -> String {
+    format!(
+        "echo started; \
+         find / \\( -path /proc -o -path /sys \\) -prune -o -name '{SENTINEL}*' -print 2>/dev/null | sed 's/^/LEAK name /'; \
+         p='{attacked}'; \
+         if [ -f \"$p\" ] && grep -q {SENTINEL} \"$p\" 2>/dev/null; then echo \"LEAK content $p\"; fi; \
+         if [ -d \"$p\" ] && ls -a \"$p/\" 2>/dev/null | grep -q {SENTINEL}; then echo \"LEAK listing $p\"; fi; \
+         {}; echo done",
+        check.unwrap_or("true")
+    )
+}
+
+/// The runtimes one worker uses.
+struct Worker {
+    nvc: Runtime,
+    runc: Runtime,
+}
+
+/// Runs `case` in a fresh rootfs: `Ok` with a one-line outcome, or `Err` saying what went
+/// wrong.
+fn run_case(lab: &Lab, worker: &Worker, case: &Case) -> Result<String, String> {
+    let dir = lab.fresh();
+    let rootfs = dir.join("rootfs");
+    let outside = Outside::new(&dir, lab.path());
+    (case.plant)(&rootfs, &outside.dir);
+    let script = case_script(&case.attacked, case.check.as_ref().map(|(c, _)| c.as_str()));
+    let bundle = lab.bundle(&rootfs, &all_gpus(), &script);
+    let out = worker.nvc.run(&bundle, &container_id("nvc-hostile"));
+    let fail = |why: String| Err(format!("{}: {why}\n{out:?}", case.name));
+    let mut note = String::new();
+    if let Some(after) = outside.tree_change() {
+        // The same attack under plain runc, without nvc, in a rootfs of its own.
+        let control = run_control(lab, worker, case, &script);
+        if case.expect != Expect::UpToRunc || control.as_deref() != Some(after.as_str()) {
+            return fail(format!(
+                "the outside tree changed:\nbefore:\n{}after:\n{after}\nunder plain runc: {}",
+                outside.digest,
+                control.as_deref().unwrap_or("unchanged\n")
+            ));
+        }
+        note = " (runc itself writes through the link outside the rootfs, \
+                 exactly the same without nvc)"
+            .to_string();
+    } else if let Some(change) = outside.changes() {
+        return fail(change);
+    }
+    if let Some(leak) = out.stdout.lines().find(|l| l.starts_with("LEAK")) {
+        return fail(format!("the outside is visible inside: {leak}"));
+    }
+    if out.timed_out {
+        return fail("timed out".into());
+    }
+    let outcome = if out.success() {
+        if !(out.stdout.contains("started") && out.stdout.contains("done")) {
+            return fail("exited 0 without running its script".into());
+        }
+        if let Some((_, want)) = &case.check {
+            if !out.stdout.lines().any(|l| l == want) {
+                return fail(format!("the container did not print {want:?}"));
+            }
+        }
+        "started".to_string()
+    } else {
+        let said = message(&out);
+        if !said.contains(&case.attacked) {
+            return fail(format!(
+                "refused without naming {}: {said:?}",
+                case.attacked
+            ));
+        }
+        format!("refused: {said}")
+    };
+    let outcome = format!("{outcome}{note}");
+    let judged = match case.expect {
+        Expect::Starts if !outcome.starts_with("started") => {
+            Err(format!("should start, but {outcome}"))
+        }
+        Expect::Refused(_) if outcome.starts_with("started") => {
+            Err("should be refused, but started".to_string())
+        }
+        Expect::Refused(says) if !outcome.contains(says) => {
+            Err(format!("the refusal does not say {says:?}: {outcome}"))
+        }
+        _ => Ok(outcome),
+    };
+    match judged {
+        Ok(outcome) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::remove_dir_all(&bundle.dir);
+            Ok(outcome)
+        }
+        Err(why) => fail(why),
+    }
+}
+
+/// Runs `case` under plain runc without any GPU, in a fresh rootfs: the outside tree's
+/// digest afterwards when the run changed it.
+fn run_control(lab: &Lab, worker: &Worker, case: &Case, script: &str) -> Option<String> {
+    let dir = lab.fresh();
+    let rootfs = dir.join("rootfs");
+    let outside = Outside::new(&dir, lab.path());
+    (case.plant)(&rootfs, &outside.dir);
+    let bundle = lab.bundle(&rootfs, &[], script);
+    worker
+        .runc
+        .run(&bundle, &container_id("nvc-hostile-control"));
+    outside.tree_change()
+}
+
+/// Runs every case, [`WORKERS`] at a time, prints a table of outcomes, and fails listing
+/// every case that went wrong.
+fn run_all(lab: &Lab, cases: &[Case]) {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, Result<String, String>)>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..WORKERS {
+            s.spawn(|| {
+                let worker = Worker {
+                    nvc: lab.nvc(),
+                    runc: lab.runc(),
+                };
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(case) = cases.get(i) else { break };
+                    let result = run_case(lab, &worker, case);
+                    results.lock().unwrap().push((i, result));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort_by_key(|(i, _)| *i);
+    let mut failures = Vec::new();
+    for (i, result) in results {
+        // The rootfs path in messages differs from run to run; the table leaves it out.
+        match result {
+            Ok(outcome) => eprintln!(
+                "{:<56} {}",
+                cases[i].name,
+                outcome.replace(lab.path().to_string_lossy().as_ref(), "…")
+            ),
+            Err(e) => {
+                eprintln!("{:<56} FAILED", cases[i].name);
+                failures.push(e);
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} hostile cases failed:\n\n{}\n\nnvc log tail:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n\n"),
+        tail(&lab.nvc_log(), 40)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Links at every path nvc touches.
+
+/// The kinds of hostile link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkKind {
+    /// To the outside tree's host path.
+    Absolute,
+    /// `../../…` climbing out of the rootfs to the outside tree.
+    DotDot,
+    /// Through the container's init's root: the host's `/` until runc pivots.
+    Proc1Root,
+    /// Through the container's init's working directory.
+    Proc1Cwd,
+    /// Through the resolving process's root.
+    ProcSelfRoot,
+    /// Through the resolving process's working directory.
+    ProcSelfCwd,
+    /// Through the resolving thread's root.
+    ThreadSelfRoot,
+    /// A magic file-descriptor link.
+    ProcSelfFd,
+    /// 41 links in a row, the last to the outside.
+    Chain41,
+    /// `a -> b -> a`.
+    Loop,
+    /// To a path missing inside the rootfs.
+    Dangling,
+}
+
+impl LinkKind {
+    const ALL: [LinkKind; 11] = [
+        LinkKind::Absolute,
+        LinkKind::DotDot,
+        LinkKind::Proc1Root,
+        LinkKind::Proc1Cwd,
+        LinkKind::ProcSelfRoot,
+        LinkKind::ProcSelfCwd,
+        LinkKind::ThreadSelfRoot,
+        LinkKind::ProcSelfFd,
+        LinkKind::Chain41,
+        LinkKind::Loop,
+        LinkKind::Dangling,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            LinkKind::Absolute => "absolute",
+            LinkKind::DotDot => "../ escape",
+            LinkKind::Proc1Root => "/proc/1/root",
+            LinkKind::Proc1Cwd => "/proc/1/cwd",
+            LinkKind::ProcSelfRoot => "/proc/self/root",
+            LinkKind::ProcSelfCwd => "/proc/self/cwd",
+            LinkKind::ThreadSelfRoot => "/proc/thread-self/root",
+            LinkKind::ProcSelfFd => "/proc/self/fd/N",
+            LinkKind::Chain41 => "41-link chain",
+            LinkKind::Loop => "loop",
+            LinkKind::Dangling => "dangling",
+        }
+    }
+
+    /// The target of a link of this kind at `inner` in `rootfs` aimed at `outside` (a
+    /// host path); makes the links a chain or a loop needs on the way.
+    fn target(self, rootfs: &Path, inner: &str, outside: &Path) -> String {
+        let out = outside.display().to_string();
+        let climb = "../".repeat(24);
+        let out_rel = out.trim_start_matches('/');
+        match self {
+            LinkKind::Absolute => out,
+            LinkKind::DotDot => format!("{climb}{out_rel}"),
+            LinkKind::Proc1Root => format!("/proc/1/root{out}"),
+            LinkKind::Proc1Cwd => format!("/proc/1/cwd/{climb}{out_rel}"),
+            LinkKind::ProcSelfRoot => format!("/proc/self/root{out}"),
+            LinkKind::ProcSelfCwd => format!("/proc/self/cwd/{climb}{out_rel}"),
+            LinkKind::ThreadSelfRoot => format!("/proc/thread-self/root{out}"),
+            LinkKind::ProcSelfFd => "/proc/self/fd/3".to_string(),
+            LinkKind::Chain41 => {
+                let chain = rootfs.join(".chain");
+                std::fs::create_dir_all(&chain).unwrap();
+                for k in 1..40 {
+                    let link = chain.join(k.to_string());
+                    std::os::unix::fs::symlink(format!("/.chain/{}", k + 1), link).unwrap();
+                }
+                std::os::unix::fs::symlink(&out, chain.join("40")).unwrap();
+                "/.chain/1".to_string()
+            }
+            LinkKind::Loop => {
+                let dir = rootfs.join(".loop");
+                std::fs::create_dir_all(&dir).unwrap();
+                std::os::unix::fs::symlink(inner, dir.join("b")).unwrap();
+                "/.loop/b".to_string()
+            }
+            LinkKind::Dangling => "/nvc-missing/target".to_string(),
+        }
+    }
+
+    /// Puts a link of this kind at `inner` in `rootfs`, aimed at `outside`.
+    fn plant(self, rootfs: &Path, inner: &str, outside: &Path) {
+        let target = self.target(rootfs, inner, outside);
+        replace_with_link(rootfs, inner, &target);
+    }
+
+    /// Whether the hook, resolving inside the rootfs, meets a loop, too long a chain or a
+    /// magic link (`ELOOP`) rather than a missing target. `/proc/self` is missing for the
+    /// hook: it is not in the container's pid namespace, whose procfs runc has mounted.
+    fn unfollowable(self) -> bool {
+        matches!(
+            self,
+            LinkKind::Proc1Root | LinkKind::Proc1Cwd | LinkKind::Chain41 | LinkKind::Loop
+        )
+    }
+}
+
+/// Every path inside the image that nvc reads, writes, lists or mounts onto (or that
+/// holds one), the folders of the loaders' json files, and the IPC endpoints' folders.
+const LINKED_PATHS: &[&str] = &[
+    LIB,
+    "/usr/bin",
+    "/lib/firmware",
+    "/lib/firmware/nvidia/999.88.77",
+    "/etc",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf.d",
+    "/usr/local/cuda/compat",
+    "/dev",
+    "/proc/driver/nvidia",
+    "/usr/share/vulkan/icd.d",
+    "/usr/share/vulkan/implicit_layer.d",
+    "/usr/share/glvnd/egl_vendor.d",
+    "/usr/share/egl/egl_external_platform.d",
+    "/etc/vulkan/icd.d",
+    "/run/nvidia-persistenced",
+    "/run/nvidia-fabricmanager",
+    "/tmp/nvidia-mps",
+    "/var/run",
+];
+
+/// What a link of `kind` at `path` must end in, and what the container then checks.
+fn link_case(path: &'static str, kind: LinkKind) -> Case {
+    let name = format!("{path} -> {}", kind.name());
+    let plant = move |rootfs: &Path, outside: &Path| kind.plant(rootfs, path, outside);
+    match path {
+        // runc mounts its /dev tmpfs and makes its links and nodes before the hook runs.
+        "/dev" => Case::new(name, path, plant, Expect::UpToRunc),
+        // A link is never a mount point.
+        "/tmp/nvidia-mps" => Case::new(name, path, plant, Expect::Refused("it is a symbolic link")),
+        // The library folder is a directory only if it resolves to one inside the rootfs;
+        // else the libraries go to /usr/lib64, which the image has.
+        LIB => Case::new(name, path, plant, Expect::Starts).checking(
+            &format!("[ -f /usr/lib64/libcuda.so.{VERSION} ] && echo libraries-in-lib64"),
+            "libraries-in-lib64",
+        ),
+        // The cache is read through the link (inside the rootfs) and written by
+        // replacing the link, never through it.
+        "/etc/ld.so.cache" => Case::new(name, path, plant, Expect::Starts).checking(
+            "[ -f /etc/ld.so.cache ] && [ ! -L /etc/ld.so.cache ] && echo cache-replaced",
+            "cache-replaced",
+        ),
+        // Listed inside the rootfs (compat), or never touched by nvc (the image's own
+        // configuration; /proc, over which runc mounts procfs).
+        "/etc/ld.so.conf.d"
+        | "/usr/local/cuda/compat"
+        | "/proc/driver/nvidia"
+        | "/etc/vulkan/icd.d"
+        | "/var/run" => Case::new(name, path, plant, Expect::Starts),
+        // A folder nvc mounts into: nothing is made along the link.
+        _ if kind.unfollowable() => Case::new(
+            name,
+            path,
+            plant,
+            Expect::Refused("cannot be followed inside the container"),
+        ),
+        _ => Case::new(
+            name,
+            path,
+            plant,
+            Expect::Refused("is a dangling symbolic link"),
+        ),
+    }
+}
+
+#[test]
+fn hostile_links_never_reach_outside_the_rootfs() {
+    let lab = Lab::new();
+    let cases: Vec<Case> = LINKED_PATHS
+        .iter()
+        .flat_map(|path| LinkKind::ALL.map(|kind| link_case(path, kind)))
+        .collect();
+    run_all(&lab, &cases);
+}
+
+// ---------------------------------------------------------------------------------------
+// The wrong kind of file, and files already there.
+
+/// What can be where nvc expects something else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Thing {
+    Dir,
+    Fifo,
+    Socket,
+    CharDevice,
+    File,
+}
+
+impl Thing {
+    fn name(self) -> &'static str {
+        match self {
+            Thing::Dir => "a directory",
+            Thing::Fifo => "a fifo",
+            Thing::Socket => "a socket",
+            Thing::CharDevice => "the character device 1:3",
+            Thing::File => "a regular file",
+        }
+    }
+
+    fn plant(self, rootfs: &Path, inner: &str) {
+        let p = host_path(rootfs, inner);
+        remove_any(&p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        let made = match self {
+            Thing::Dir => {
+                std::fs::create_dir(&p).unwrap();
+                // Something inside, so replacing it would lose data.
+                std::fs::write(p.join("image-file"), "image").unwrap();
+                true
+            }
+            Thing::File => {
+                std::fs::write(&p, "image").unwrap();
+                true
+            }
+            Thing::Fifo => Command::new("mkfifo").arg(&p).status().unwrap().success(),
+            Thing::Socket => {
+                drop(std::os::unix::net::UnixListener::bind(&p).unwrap());
+                true
+            }
+            Thing::CharDevice => Command::new("mknod")
+                .arg(&p)
+                .args(["c", "1", "3"])
+                .status()
+                .unwrap()
+                .success(),
+        };
+        assert!(made, "cannot make {} at {}", self.name(), p.display());
+    }
+}
+
+#[test]
+fn the_wrong_kind_of_file_is_refused_and_files_there_are_replaced_or_mounted_over() {
+    let lab = Lab::new();
+    let mut cases = Vec::new();
+    let libcuda = format!("{LIB}/libcuda.so.{VERSION}");
+    let soname = format!("{LIB}/libcuda.so.1");
+    let firmware = format!("/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin");
+    let wrong: Vec<(String, Vec<Thing>)> = vec![
+        // Mount points for files.
+        (
+            libcuda.clone(),
+            vec![Thing::Dir, Thing::Fifo, Thing::Socket, Thing::CharDevice],
+        ),
+        (
+            "/usr/bin/nvidia-smi".into(),
+            vec![Thing::Dir, Thing::Fifo, Thing::Socket, Thing::CharDevice],
+        ),
+        (firmware, vec![Thing::Dir, Thing::Fifo]),
+        (
+            "/usr/share/vulkan/icd.d/nvidia_icd.json".into(),
+            vec![Thing::Dir, Thing::Fifo],
+        ),
+        (
+            "/run/nvidia-persistenced/socket".into(),
+            vec![Thing::Dir, Thing::Socket],
+        ),
+        // A mount point for a directory.
+        ("/tmp/nvidia-mps".into(), vec![Thing::File, Thing::Fifo]),
+        // A file nvc reads and replaces.
+        (
+            "/etc/ld.so.cache".into(),
+            vec![Thing::Dir, Thing::Fifo, Thing::Socket, Thing::CharDevice],
+        ),
+        // A link nvc makes.
+        (soname.clone(), vec![Thing::Dir, Thing::Fifo]),
+    ];
+    for (path, things) in wrong {
+        for thing in things {
+            let inner = path.clone();
+            cases.push(Case::new(
+                format!("{path} is {}", thing.name()),
+                &path,
+                move |rootfs, _| thing.plant(rootfs, &inner),
+                Expect::Refused(thing.name()),
+            ));
+        }
+    }
+
+    // Files and links already where nvc puts its own.
+    let replaced = format!("[ \"$(readlink {soname})\" = libcuda.so.{VERSION} ] && echo replaced");
+    let s = soname.clone();
+    cases.push(
+        Case::new(
+            format!("{soname} is the image's own file"),
+            &soname,
+            move |rootfs, _| Thing::File.plant(rootfs, &s),
+            Expect::Starts,
+        )
+        .checking(&replaced, "replaced"),
+    );
+    for kind in [LinkKind::Absolute, LinkKind::Proc1Root, LinkKind::DotDot] {
+        let s = soname.clone();
+        cases.push(
+            Case::new(
+                format!("{soname} -> {} libcuda.so.1", kind.name()),
+                &soname,
+                move |rootfs, outside| {
+                    let target = kind.target(rootfs, &s, &outside.join("libcuda.so.1"));
+                    replace_with_link(rootfs, &s, &target);
+                },
+                Expect::Starts,
+            )
+            .checking(&replaced, "replaced"),
+        );
+    }
+    let mesa = format!("{LIB}/libGLX_indirect.so.0");
+    cases.push(
+        Case::new(
+            format!("{mesa} -> libGLX_mesa.so.0 (Mesa)"),
+            &mesa,
+            |rootfs, _| {
+                let lib = host_path(rootfs, LIB);
+                std::fs::write(lib.join("libGLX_mesa.so.0"), "mesa").unwrap();
+                replace_with_link(rootfs, &format!("{LIB}/libGLX_indirect.so.0"), "libGLX_mesa.so.0");
+            },
+            Expect::Starts,
+        )
+        .checking(
+            &format!("[ \"$(readlink {mesa})\" = libGLX_nvidia.so.0 ] && [ -f {LIB}/libGLX_mesa.so.0 ] && echo replaced"),
+            "replaced",
+        ),
+    );
+    let l = libcuda.clone();
+    cases.push(Case::new(
+        format!("{libcuda} -> absolute libcuda.so.1"),
+        &libcuda,
+        move |rootfs, outside| {
+            replace_with_link(
+                rootfs,
+                &l,
+                &outside.join("libcuda.so.1").display().to_string(),
+            )
+        },
+        Expect::Refused("it is a symbolic link"),
+    ));
+    cases.push(
+        Case::new(
+            "/usr/bin/nvidia-smi is the image's own file".into(),
+            "/usr/bin/nvidia-smi",
+            |rootfs, _| {
+                let p = host_path(rootfs, "/usr/bin/nvidia-smi");
+                std::fs::write(&p, "#!/bin/sh\necho image-smi\n").unwrap();
+            },
+            Expect::Starts,
+        )
+        .checking(
+            "grep -q image-smi /usr/bin/nvidia-smi || echo mounted-over",
+            "mounted-over",
+        ),
+    );
+    cases.push(Case::new(
+        "/usr/bin/nvidia-smi -> absolute nvidia-smi".into(),
+        "/usr/bin/nvidia-smi",
+        |rootfs, outside| {
+            replace_with_link(
+                rootfs,
+                "/usr/bin/nvidia-smi",
+                &outside.join("nvidia-smi").display().to_string(),
+            )
+        },
+        Expect::Refused("it is a symbolic link"),
+    ));
+    cases.push(
+        Case::new(
+            "/etc/ld.so.cache -> absolute ld.so.cache".into(),
+            "/etc/ld.so.cache",
+            |rootfs, outside| {
+                replace_with_link(
+                    rootfs,
+                    "/etc/ld.so.cache",
+                    &outside.join("etc/ld.so.cache").display().to_string(),
+                )
+            },
+            Expect::Starts,
+        )
+        .checking(
+            "[ -f /etc/ld.so.cache ] && [ ! -L /etc/ld.so.cache ] && echo cache-replaced",
+            "cache-replaced",
+        ),
+    );
+    // CUDA compat libraries that lead to the host (CVE-2024-0132, CVE-2025-23359): nvc
+    // only lists the folder's names for the cache, and never mounts or opens them.
+    for kind in [
+        LinkKind::Proc1Cwd,
+        LinkKind::Proc1Root,
+        LinkKind::ProcSelfRoot,
+        LinkKind::Absolute,
+    ] {
+        let file = "/usr/local/cuda/compat/libcuda.so.1000.1.2";
+        cases.push(
+            Case::new(
+                format!("{file} -> {} libcuda.so.1", kind.name()),
+                file,
+                move |rootfs, outside| {
+                    let target = kind.target(rootfs, file, &outside.join("libcuda.so.1"));
+                    replace_with_link(rootfs, file, &target);
+                    replace_with_link(
+                        rootfs,
+                        "/usr/local/cuda/compat/libcuda.so.1",
+                        "libcuda.so.1000.1.2",
+                    );
+                },
+                Expect::Starts,
+            )
+            .checking(
+                "[ -L /usr/local/cuda/compat/libcuda.so.1000.1.2 ] && echo compat-untouched",
+                "compat-untouched",
+            ),
+        );
+    }
+    run_all(&lab, &cases);
+}
+
+// ---------------------------------------------------------------------------------------
+// The image's environment and programs.
+
+/// Compiles `source` (C) with gcc into `out`, with `flags`.
+fn gcc(source: &str, out: &Path, flags: &[&str]) {
+    let src = out.with_extension("c");
+    std::fs::write(&src, source).unwrap();
+    let output = Command::new("gcc")
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "gcc {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Where a payload says it ran: a host path the container cannot see, and `/` +
+/// [`IN_ROOT_MARKER`], which is the host's root for a host process and the rootfs for the
+/// container's.
+const IN_ROOT_MARKER: &str = "nvc-payload-ran";
+
+/// A shared library whose constructor (and audit entry point, so `LD_AUDIT` loads it too)
+/// appends the program it was loaded into (`/proc/self/exe`) to `host_marker` and to
+/// `/nvc-payload-ran`.
+fn payload_source(host_marker: &Path) -> String {
+    format!(
+        r#"#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+static void mark(const char *path) {{
+    char exe[512];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n < 0 ? 0 : n] = 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {{ dprintf(fd, "%s\n", n > 0 ? exe : "?"); close(fd); }}
+}}
+__attribute__((constructor)) static void payload(void) {{
+    mark("{host}");
+    mark("/{IN_ROOT_MARKER}");
+}}
+unsigned la_version(unsigned v) {{ return v; }}
+"#,
+        host = host_marker.display()
+    )
+}
+
+/// The programs a payload must never run in: nvc's and the runtime's.
+const PRIVILEGED: [&str; 4] = ["nvc-hook", "nvc-runtime", "runc", "nvidia-container"];
+
+#[test]
+fn the_image_environment_never_reaches_the_hook() {
+    let lab = Lab::new();
+    let host_marker = lab.path().join("payload-ran-on-the-host");
+    let host_root_marker = Path::new("/").join(IN_ROOT_MARKER);
+    assert!(
+        !host_root_marker.exists(),
+        "{} exists before the test: remove it (a payload ran on this host before?)",
+        host_root_marker.display()
+    );
+    // The payload on the host, under names the loader looks for.
+    let host_dir = lab.path().join("payload");
+    std::fs::create_dir(&host_dir).unwrap();
+    let poc = host_dir.join("poc.so");
+    gcc(&payload_source(&host_marker), &poc, &["-shared", "-fPIC"]);
+    for name in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+        std::fs::copy(&poc, host_dir.join(name)).unwrap();
+    }
+    // Programs a PATH from the image would find first.
+    let bin = host_dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let script = format!(
+        "#!/bin/sh\necho \"script $0\" >>{}\necho \"script $0\" >>/{IN_ROOT_MARKER}\n",
+        host_marker.display()
+    );
+    for name in [
+        "ldconfig",
+        "ldconfig.real",
+        "runc",
+        "nvc-hook",
+        "mount",
+        "modprobe",
+    ] {
+        let p = bin.join(name);
+        std::fs::write(&p, &script).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let host = host_dir.display();
+    let cases: [(&str, Vec<String>, bool); 7] = [
+        // CVE-2025-23266: a preload relative to the working directory, which is the
+        // rootfs for a hook that runs there.
+        (
+            "LD_PRELOAD=/proc/self/cwd/poc.so",
+            vec!["LD_PRELOAD=/proc/self/cwd/poc.so".into()],
+            true,
+        ),
+        (
+            "LD_PRELOAD=<host path>",
+            vec![format!("LD_PRELOAD={host}/poc.so")],
+            false,
+        ),
+        (
+            "LD_AUDIT",
+            vec![format!("LD_AUDIT=/proc/self/cwd/poc.so:{host}/poc.so")],
+            true,
+        ),
+        (
+            "LD_LIBRARY_PATH",
+            vec![format!("LD_LIBRARY_PATH=/proc/self/cwd/payload-lib:{host}")],
+            true,
+        ),
+        (
+            "GLIBC_TUNABLES",
+            vec![format!(
+                "GLIBC_TUNABLES=glibc.malloc.check=3:glibc.malloc.mxfast=glibc.malloc.mxfast={}",
+                "A".repeat(4096)
+            )],
+            false,
+        ),
+        (
+            "PATH",
+            vec![format!(
+                "PATH=/proc/self/cwd/payload-bin:{host}/bin:{TOOLS}:/usr/sbin:/usr/bin:/sbin:/bin"
+            )],
+            false,
+        ),
+        (
+            "all at once",
+            vec![
+                "LD_PRELOAD=/proc/self/cwd/poc.so".into(),
+                format!("LD_AUDIT={host}/poc.so"),
+                format!("LD_LIBRARY_PATH=/proc/self/cwd/payload-lib:{host}"),
+                "GLIBC_TUNABLES=glibc.malloc.check=3".into(),
+                format!("PATH=/proc/self/cwd/payload-bin:{host}/bin:{TOOLS}:/usr/bin:/bin"),
+            ],
+            true,
+        ),
+    ];
+    let rt = lab.nvc();
+    for (what, env, loads_inside) in cases {
+        let dir = lab.fresh();
+        let rootfs = dir.join("rootfs");
+        let outside = Outside::new(&dir, lab.path());
+        // The same payload and programs inside the rootfs, at the container's working
+        // directory (`/`).
+        std::fs::copy(&poc, rootfs.join("poc.so")).unwrap();
+        std::fs::create_dir(rootfs.join("payload-lib")).unwrap();
+        for name in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+            std::fs::copy(&poc, rootfs.join("payload-lib").join(name)).unwrap();
+        }
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(&bin)
+            .arg(rootfs.join("payload-bin"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let mut all = all_gpus();
+        all.extend(env);
+        let bundle = lab.bundle(&rootfs, &all, "/usr/bin/nvc-probe; echo done");
+        // Also where the runtime and the hook run: the bundle directory.
+        std::fs::copy(&poc, bundle.dir.join("poc.so")).unwrap();
+        let out = rt.run(&bundle, &container_id("nvc-hostile-env"));
+        assert!(
+            out.success() && out.stdout.contains("done"),
+            "{what}: {out:?}\n{}",
+            tail(&lab.nvc_log(), 20)
+        );
+        assert!(
+            !host_marker.exists(),
+            "{what}: a payload from the image's environment ran on the host: {}",
+            std::fs::read_to_string(&host_marker).unwrap_or_default()
+        );
+        assert!(
+            !host_root_marker.exists(),
+            "{what}: a payload from the image's environment ran on the host: {}",
+            std::fs::read_to_string(&host_root_marker).unwrap_or_default()
+        );
+        let inside = std::fs::read_to_string(rootfs.join(IN_ROOT_MARKER)).unwrap_or_default();
+        for line in inside.lines() {
+            assert!(
+                !PRIVILEGED.iter().any(|p| line.contains(p)) && !line.starts_with("script"),
+                "{what}: the payload ran in {line:?}, not in the container's own program"
+            );
+        }
+        // The payload works: the container's own dynamic program loads it, in the
+        // container, where it may.
+        if loads_inside {
+            assert!(
+                inside.lines().any(|l| l == "/usr/bin/nvc-probe"),
+                "{what}: the payload never loaded, even in the container: {inside:?}\n{out:?}"
+            );
+        }
+        outside.assert_untouched(what);
+        eprintln!(
+            "{what}: the container started; the payload ran in {:?}",
+            inside.lines().collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn the_images_ldconfig_never_runs() {
+    let lab = Lab::new();
+    let dir = lab.fresh();
+    let rootfs = dir.join("rootfs");
+    let outside = Outside::new(&dir, lab.path());
+    let host_marker = lab.path().join("ldconfig-ran-on-the-host");
+    let payload = format!(
+        "#!/bin/sh\necho \"$0 $*\" >>/ldconfig-ran\necho \"$0 $*\" >>{}\n",
+        host_marker.display()
+    );
+    // /sbin is /usr/sbin in this rootfs: both names reach the same files.
+    for name in [
+        "/usr/sbin/ldconfig",
+        "/usr/sbin/ldconfig.real",
+        "/usr/bin/ldconfig",
+        "/usr/local/sbin/ldconfig",
+        "/usr/local/bin/ldconfig",
+    ] {
+        let p = host_path(&rootfs, name);
+        remove_any(&p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, &payload).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    assert!(
+        !Path::new("/ldconfig-ran").exists(),
+        "/ldconfig-ran exists before the test"
+    );
+    let bundle = lab.bundle(
+        &rootfs,
+        &all_gpus(),
+        "nvc-probe; ls /ldconfig-ran 2>&1; true",
+    );
+    let out = lab
+        .nvc()
+        .run(&bundle, &container_id("nvc-hostile-ldconfig"));
+    assert!(out.success(), "{out:?}\n{}", tail(&lab.nvc_log(), 20));
+    // The cache nvc wrote natively finds the driver's libcuda.
+    assert!(out.stdout.contains("libcuda=ok"), "{out:?}");
+    assert!(out.stdout.contains("No such file"), "{out:?}");
+    assert!(
+        !rootfs.join("ldconfig-ran").exists(),
+        "the image's ldconfig ran"
+    );
+    assert!(
+        !host_marker.exists(),
+        "the image's ldconfig ran on the host"
+    );
+    assert!(
+        !Path::new("/ldconfig-ran").exists(),
+        "the image's ldconfig ran on the host"
+    );
+    outside.assert_untouched("the image's ldconfig");
+}
+
+// ---------------------------------------------------------------------------------------
+// Device nodes made inside (CVE-2021-1056).
+
+/// What opening a device node says when the device cgroup forbids it.
+const DENIED: &str = "Operation not permitted";
+
+/// Whether the outcome of opening a node says the open got past the device cgroup to the
+/// driver: it opened, or the driver is not loaded (the fake tree's 195:N on a machine
+/// without a GPU: ENXIO). Not a missing file, not EPERM.
+fn reached_the_driver(line: &str) -> bool {
+    !line.contains(DENIED) && (line.ends_with(": opened") || line.contains("No such device"))
+}
+
+#[test]
+fn a_node_made_inside_for_another_gpu_cannot_be_opened() {
+    let lab = Lab::new();
+    let minors: Vec<u32> = lab
+        .fake
+        .spec
+        .gpus_in_bus_order()
+        .iter()
+        .map(|g| g.minor)
+        .collect();
+    // GPU index 1 is given; the node of index 0 is made inside, as root with CAP_MKNOD.
+    let (given, other) = (minors[1], minors[0]);
+    let dir = lab.fresh();
+    let rootfs = dir.join("rootfs");
+    let outside = Outside::new(&dir, lab.path());
+    let mut script = format!("mknod /dev/nvidia{other} c 195 {other} || echo mknod-failed; ");
+    for p in [
+        format!("/dev/nvidia{given}"),
+        "/dev/nvidiactl".to_string(),
+        format!("/dev/nvidia{other}"),
+    ] {
+        script.push_str(&format!(
+            "if err=$(cat {p} 2>&1 >/dev/null); then echo \"{p}: opened\"; else echo \"{p}: $err\"; fi; "
+        ));
+    }
+    script.push_str("echo done");
+    let caps = json!(["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_MKNOD"]);
+    let bundle = lab
+        .bundle(
+            &rootfs,
+            &[
+                "NVIDIA_VISIBLE_DEVICES=1".to_string(),
+                "NVIDIA_DRIVER_CAPABILITIES=all".to_string(),
+            ],
+            &script,
+        )
+        .set("/process/capabilities/bounding", caps.clone())
+        .set("/process/capabilities/effective", caps.clone())
+        .set("/process/capabilities/permitted", caps)
+        .write()
+        .unwrap();
+    let out = lab.nvc().run(&bundle, &container_id("nvc-hostile-mknod"));
+    assert!(out.success() && out.stdout.contains("done"), "{out:?}");
+    let line = |p: &str| -> String {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{p}: ")))
+            .unwrap_or_else(|| panic!("no result for {p}: {out:?}"))
+            .to_string()
+    };
+    assert!(!out.stdout.contains("mknod-failed"), "{out:?}");
+    for granted in [format!("/dev/nvidia{given}"), "/dev/nvidiactl".to_string()] {
+        let l = line(&granted);
+        assert!(reached_the_driver(&l), "{granted} is the container's: {l}");
+    }
+    let l = line(&format!("/dev/nvidia{other}"));
+    assert!(
+        l.contains(DENIED),
+        "/dev/nvidia{other} was made inside for a GPU the container was not given: {l}"
+    );
+    outside.assert_untouched("mknod of another GPU");
+}
