@@ -45,7 +45,7 @@ hostile() {
         'nvidia-smi -L >/dev/null 2>&1 && echo smi-ok; cat /host-secret /usr/lib/x86_64-linux-gnu/host-secret /lib/firmware/host-secret 2>/dev/null; echo started' >/dev/null
     (cd "$b/rootfs" && eval "$prep")
     res=$(cd "$b" && "$carry/bin/nvc-runtime" --root "$work/state" run "$(basename "$b")" 2>&1)
-    echo "--- $name: $(echo "$res" | tr '\n' ' ' | cut -c1-300)"
+    echo "--- $name: $(echo "$res" | tr '\n' ' ' | sed "s/.*stderr: //" | cut -c1-300)"
     check "$name: the host is unchanged" host_unchanged
     check "$name: nothing from the host is visible inside" test -z "$(grep -x sentinel <<<"$res")"
     if grep -qx started <<<"$res"; then
@@ -59,7 +59,7 @@ hostile() {
 link() { # link PATH TARGET: replaces PATH in the rootfs by a symlink
     echo "rm -rf ./$1; mkdir -p \$(dirname ./$1); ln -s '$2' ./$1"
 }
-version=$(sed -n 's/.*Kernel Module *\([0-9.]*\).*/\1/p' /proc/driver/nvidia/version | head -1)
+version=$(grep -o '[0-9]\+\.[0-9]\+\.[0-9]\+' /proc/driver/nvidia/version | head -1)
 for path in usr/lib/x86_64-linux-gnu usr/bin lib/firmware lib/firmware/nvidia/$version etc \
     etc/ld.so.cache etc/ld.so.conf.d usr/local/cuda/compat usr/share/vulkan/icd.d \
     usr/share/glvnd/egl_vendor.d run/nvidia-persistenced; do
