@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let msg = libnvc::edits::error_chain(&e);
+            let msg = libnvc::logging::shorten(&msg);
             log::error!("{msg}");
             eprintln!("nvc-hook: {msg}");
             ExitCode::FAILURE

@@ -42,6 +42,16 @@ pub fn hook_entry(config: &Config, source: &ConfigSource) -> HookEntry {
 /// Edits `<bundle>/config.json` for the GPUs its environment asks for.
 pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<(), ShimError> {
     let spec_path = bundle.join("config.json");
+    // A shim killed while saving a spec (SIGKILL runs no cleanup) leaves its temporary
+    // file; take it away even when this run writes nothing.
+    match spec::remove_stale_temp_files(&spec_path) {
+        Ok(removed) => {
+            for temp in removed {
+                log::info!("removed {}, left by a killed nvc-runtime", temp.display());
+            }
+        }
+        Err(e) => log::warn!("{}", libnvc::edits::error_chain(&e)),
+    }
     let mut spec = spec::read_spec(&spec_path).map_err(ShimError::SpecFile)?;
     let bad_spec = |source| ShimError::BadSpec {
         path: spec_path.clone(),
@@ -82,7 +92,10 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         source: e,
     };
     if spec::apply(&mut spec, &edits, &hook).map_err(edit_error)? {
-        spec::write_spec_atomic(&spec_path, &spec).map_err(ShimError::SpecFile)?;
+        spec::write_spec_atomic(&spec_path, &spec).map_err(|source| ShimError::SaveSpec {
+            path: spec_path.clone(),
+            source,
+        })?;
         log::info!(
             "{}: {} device nodes and the hook {} added",
             spec_path.display(),

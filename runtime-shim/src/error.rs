@@ -53,6 +53,15 @@ pub enum ShimError {
     /// The spec could not be read or written.
     #[error(transparent)]
     SpecFile(SpecError),
+    /// The edited spec could not be saved; the file keeps its old content.
+    #[error("cannot save the edited OCI spec {path} (it was left as it was)")]
+    SaveSpec {
+        /// The spec file.
+        path: PathBuf,
+        /// What failed.
+        #[source]
+        source: SpecError,
+    },
     /// The spec does not have the shape of an OCI spec.
     #[error("invalid OCI spec {path}")]
     BadSpec {

@@ -15,6 +15,7 @@ use crate::error::ShimError;
 /// Reports `error` everywhere it belongs.
 pub fn error(error: &ShimError, runc: &RuncArgs) {
     let chain = error_chain(error);
+    let chain = libnvc::logging::shorten(&chain);
     let message = format!("nvc-runtime: {chain}");
     eprintln!("{message}");
     log::error!("{chain}");

@@ -50,8 +50,11 @@ pub enum SpecError {
         /// The limit.
         limit: u64,
     },
+    /// The file is empty.
+    #[error("{0} is empty: expected the container's OCI spec, a JSON object")]
+    Empty(PathBuf),
     /// The file is not JSON; the source names the line and column.
-    #[error("invalid JSON in {path}")]
+    #[error("invalid JSON in {path}{}", parse_hint(source))]
     Parse {
         /// The file.
         path: PathBuf,
@@ -114,6 +117,22 @@ pub struct HookEntry {
     pub args: Vec<String>,
     /// Its whole environment, `KEY=VALUE`.
     pub env: Vec<String>,
+}
+
+/// What a parse error most likely means, for the message.
+fn parse_hint(e: &serde_json::Error) -> &'static str {
+    let text = e.to_string();
+    if e.classify() == serde_json::error::Category::Eof {
+        " (it ends early: truncated?)"
+    } else if ["unicode code point", "surrogate", "hex escape"]
+        .iter()
+        .any(|s| text.contains(s))
+    {
+        // Go's decoder, runc's, reads both as U+FFFD; guessing here could change a value.
+        " (a string holds bytes that are not UTF-8, or a \\u escape of half a surrogate pair)"
+    } else {
+        ""
+    }
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -455,6 +474,9 @@ pub fn read_spec(path: &Path) -> Result<Value, SpecError> {
             limit: MAX_SPEC_SIZE,
         });
     }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(SpecError::Empty(path.to_path_buf()));
+    }
     serde_json::from_slice(&bytes).map_err(|source| SpecError::Parse {
         path: path.to_path_buf(),
         line: source.line(),
@@ -473,11 +495,111 @@ pub fn to_bytes(spec: &Value) -> Result<Vec<u8>, SpecError> {
 /// synced, given the old file's permission bits (and owner, where allowed), renamed over
 /// the old one, and the folder synced. Readers see the old file or the new one, never a
 /// part; on error the temporary file is removed.
+///
+/// A writer killed before its rename (SIGKILL runs no cleanup) leaves its temporary
+/// file behind: its name carries the writer's pid and start time, and the next write of
+/// the same file removes it (see [`remove_stale_temp_files`]).
 pub fn write_spec_atomic(path: &Path, spec: &Value) -> Result<(), SpecError> {
     write_atomic(path, &to_bytes(spec)?)
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SpecError> {
+/// The end of every temporary file name [`write_spec_atomic`] uses:
+/// `.<name>.<pid>-<start>.<random>.nvc-tmp` next to the file `<name>`.
+pub const TEMP_SUFFIX: &str = ".nvc-tmp";
+
+/// A process that writes temporary files, told apart from a later process with the same
+/// pid by its start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Writer {
+    /// The process id.
+    pub pid: u32,
+    /// When it started, in clock ticks after boot (field 22 of `/proc/<pid>/stat`).
+    pub start: u64,
+}
+
+impl Writer {
+    /// This process, or `None` when `/proc` cannot tell.
+    pub fn current() -> Option<Writer> {
+        let pid = std::process::id();
+        let start = process_start(pid)?;
+        Some(Writer { pid, start })
+    }
+
+    /// Whether this process still runs: a process with its pid and start time exists.
+    pub fn is_alive(&self) -> bool {
+        process_start(self.pid) == Some(self.start)
+    }
+}
+
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_start_time(&stat)
+}
+
+/// The start time in a `/proc/<pid>/stat` line: the 20th field after the command name,
+/// which is in parentheses and may itself hold spaces and parentheses.
+fn stat_start_time(stat: &str) -> Option<u64> {
+    let (_, after) = stat.rsplit_once(')')?;
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The writer named in `file_name` if it is one of [`write_spec_atomic`]'s temporary
+/// files for the file `name`.
+fn temp_writer(file_name: &std::ffi::OsStr, name: &std::ffi::OsStr) -> Option<Writer> {
+    let file_name = file_name.to_str()?;
+    let rest = file_name
+        .strip_prefix('.')?
+        .strip_prefix(name.to_str()?)?
+        .strip_prefix('.')?
+        .strip_suffix(TEMP_SUFFIX)?;
+    let (writer, random) = rest.split_once('.')?;
+    if random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let (pid, start) = writer.split_once('-')?;
+    Some(Writer {
+        pid: pid.parse().ok()?,
+        start: start.parse().ok()?,
+    })
+}
+
+/// Removes the temporary files that writers of `path` (through [`write_spec_atomic`])
+/// left when they were killed, and returns them. Files of writers still running are
+/// kept. Does nothing when `/proc` cannot tell which processes run.
+pub fn remove_stale_temp_files(path: &Path) -> Result<Vec<PathBuf>, SpecError> {
+    if Writer::current().is_none() {
+        return Ok(Vec::new());
+    }
+    remove_stale_with(path, &|w: Writer| w.is_alive())
+}
+
+fn remove_stale_with(
+    path: &Path,
+    is_alive: &dyn Fn(Writer) -> bool,
+) -> Result<Vec<PathBuf>, SpecError> {
+    let (dir, name) = split(path)?;
+    let mut removed = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_error("list", dir))? {
+        let entry = entry.map_err(io_error("list", dir))?;
+        let Some(writer) = temp_writer(&entry.file_name(), name) else {
+            continue;
+        };
+        if is_alive(writer) {
+            continue;
+        }
+        let temp = entry.path();
+        match fs::remove_file(&temp) {
+            Ok(()) => removed.push(temp),
+            // Another writer removed it first.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("remove the stale temporary file", &temp)(e)),
+        }
+    }
+    Ok(removed)
+}
+
+/// The folder and file name of `path`.
+fn split(path: &Path) -> Result<(&Path, &std::ffi::OsStr), SpecError> {
     let name = path
         .file_name()
         .ok_or_else(|| SpecError::NotAFile(path.to_path_buf()))?;
@@ -485,6 +607,20 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SpecError> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    Ok((dir, name))
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SpecError> {
+    let (dir, name) = split(path)?;
+    match remove_stale_temp_files(path) {
+        Ok(removed) => {
+            for temp in removed {
+                log::info!("removed {}, left by a killed writer", temp.display());
+            }
+        }
+        // Not worth failing for: the write below reports a folder it cannot change.
+        Err(e) => log::warn!("{}", crate::edits::error_chain(&e)),
+    }
     let (mode, owner) = match fs::metadata(path) {
         Ok(m) => (m.mode() & 0o7777, Some((m.uid(), m.gid()))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => (0o644, None),
@@ -507,8 +643,10 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SpecError> {
                 }
             }
         }
-        file.write_all(bytes).map_err(io_error("write", &temp))?;
-        file.sync_all().map_err(io_error("sync", &temp))?;
+        file.write_all(bytes)
+            .map_err(io_error("write the new version to", &temp))?;
+        file.sync_all()
+            .map_err(io_error("sync the new version in", &temp))?;
         fs::rename(&temp, path).map_err(io_error("replace", path))
     })();
     drop(file);
@@ -521,12 +659,18 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SpecError> {
         .map_err(io_error("sync the folder", dir))
 }
 
-/// Creates `<dir>/.<name>.<random>.nvc-tmp` exclusively.
+/// Creates `<dir>/.<name>.<pid>-<start>.<random>.nvc-tmp` exclusively.
 fn create_temp(
     dir: &Path,
     name: &std::ffi::OsStr,
     mode: u32,
 ) -> Result<(PathBuf, File), SpecError> {
+    // Without /proc the name carries no start time, and nothing ever takes the file
+    // for stale.
+    let writer = Writer::current().map_or_else(
+        || format!("{}-unknown", std::process::id()),
+        |w| format!("{}-{}", w.pid, w.start),
+    );
     let mut last = None;
     for attempt in 0u32..16 {
         // RandomState is seeded from the OS for each process; hashing the pid and the
@@ -536,7 +680,7 @@ fn create_temp(
         h.write_u32(attempt);
         let mut file_name = std::ffi::OsString::from(".");
         file_name.push(name);
-        file_name.push(format!(".{:016x}.nvc-tmp", h.finish()));
+        file_name.push(format!(".{writer}.{:016x}{TEMP_SUFFIX}", h.finish()));
         let temp = dir.join(file_name);
         match OpenOptions::new()
             .write(true)
@@ -545,17 +689,12 @@ fn create_temp(
             .open(&temp)
         {
             Ok(f) => return Ok((temp, f)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some((temp, e)),
-            Err(e) => return Err(io_error("create", &temp)(e)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(io_error("create a temporary file in", dir)(e)),
         }
     }
-    let (temp, e) = last.unwrap_or_else(|| {
-        (
-            dir.to_path_buf(),
-            io::Error::from(io::ErrorKind::AlreadyExists),
-        )
-    });
-    Err(io_error("create", &temp)(e))
+    let e = last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists));
+    Err(io_error("create a temporary file in", dir)(e))
 }
 
 #[cfg(test)]
@@ -893,5 +1032,125 @@ mod tests {
 
         let e = write_spec_atomic(Path::new("/"), &json!({})).unwrap_err();
         assert!(matches!(e, SpecError::NotAFile(_)), "{e:?}");
+    }
+
+    #[test]
+    fn empty_and_truncated_files_say_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        for empty in ["", " \n\t"] {
+            fs::write(&path, empty).unwrap();
+            let e = read_spec(&path).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "{} is empty: expected the container's OCI spec, a JSON object",
+                    path.display()
+                )
+            );
+        }
+        fs::write(
+            &path,
+            "{\"root\": {\"path\": \"r\"}, \"process\": {\"env\": [\"A",
+        )
+        .unwrap();
+        let chain = crate::edits::error_chain(&read_spec(&path).unwrap_err());
+        assert!(
+            chain.starts_with(&format!(
+                "invalid JSON in {} (it ends early: truncated?): EOF while parsing",
+                path.display()
+            )),
+            "{chain}"
+        );
+        fs::write(&path, b"{\"a\": \"\xff\"}").unwrap();
+        let chain = crate::edits::error_chain(&read_spec(&path).unwrap_err());
+        assert!(
+            chain.contains("(a string holds bytes that are not UTF-8"),
+            "{chain}"
+        );
+        fs::write(&path, "{\"a\": \"\\ud800\"}").unwrap();
+        let chain = crate::edits::error_chain(&read_spec(&path).unwrap_err());
+        assert!(chain.contains("half a surrogate pair"), "{chain}");
+        fs::write(&path, "{\"root\": 1,}").unwrap();
+        let chain = crate::edits::error_chain(&read_spec(&path).unwrap_err());
+        assert!(!chain.contains("truncated"), "{chain}");
+    }
+
+    #[test]
+    fn stat_lines() {
+        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
+                    987654 10000 200 18446744073709551615";
+        assert_eq!(stat_start_time(line), Some(987_654));
+        assert_eq!(stat_start_time("4242 (x) S 1 2"), None);
+        assert_eq!(stat_start_time("garbage"), None);
+        let me = Writer::current().unwrap();
+        assert_eq!(me.pid, std::process::id());
+        assert!(me.is_alive());
+        assert!(!Writer {
+            start: me.start + 1,
+            ..me
+        }
+        .is_alive());
+    }
+
+    #[test]
+    fn temp_names() {
+        let name = std::ffi::OsStr::new("config.json");
+        let w = |s: &str| temp_writer(std::ffi::OsStr::new(s), name);
+        assert_eq!(
+            w(".config.json.12-345.0123456789abcdef.nvc-tmp"),
+            Some(Writer {
+                pid: 12,
+                start: 345
+            })
+        );
+        for other in [
+            "config.json",
+            ".config.json.12-345.0123456789abcdef.nvc-tmp.x",
+            ".config.json.12-unknown.0123456789abcdef.nvc-tmp",
+            ".config.json.0123456789abcdef.nvc-tmp",
+            ".config.json.12-345.0123.nvc-tmp",
+            ".other.json.12-345.0123456789abcdef.nvc-tmp",
+            ".config.jsonx.12-345.0123456789abcdef.nvc-tmp",
+        ] {
+            assert_eq!(w(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn temp_files_of_dead_writers_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        fs::write(&path, "{}").unwrap();
+        let dead = dir
+            .path()
+            .join(".config.json.7-70.0123456789abcdef.nvc-tmp");
+        let live = dir
+            .path()
+            .join(".config.json.8-80.0123456789abcdef.nvc-tmp");
+        let other = dir.path().join(".other.json.7-70.0123456789abcdef.nvc-tmp");
+        for f in [&dead, &live, &other] {
+            fs::write(f, "{\"partial").unwrap();
+        }
+        let removed = remove_stale_with(&path, &|w| w.pid == 8).unwrap();
+        assert_eq!(removed, vec![dead.clone()]);
+        assert!(!dead.exists() && live.exists() && other.exists());
+
+        // A real write removes what dead processes left, and keeps a live writer's file.
+        let me = Writer::current().unwrap();
+        let mine = dir.path().join(format!(
+            ".config.json.{}-{}.0123456789abcdef.nvc-tmp",
+            me.pid, me.start
+        ));
+        fs::write(&mine, "{").unwrap();
+        // Past the kernel's largest pid: no such process.
+        let gone = dir
+            .path()
+            .join(".config.json.99999999-1.0123456789abcdef.nvc-tmp");
+        fs::write(&gone, "{").unwrap();
+        write_spec_atomic(&path, &json!({"a": 1})).unwrap();
+        assert!(!gone.exists());
+        assert!(mine.exists());
+        assert_eq!(read_spec(&path).unwrap(), json!({"a": 1}));
     }
 }
