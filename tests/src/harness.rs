@@ -548,6 +548,22 @@ pub fn host_mounts() -> Vec<String> {
     mounts
 }
 
+/// [`host_mounts`] less the mounts other tests may be making at the same time: those in
+/// the temporary directory that are not under `own_dir`, the calling test's directory.
+/// What is left still shows a mount leaked onto a host path or into the test's own tree.
+pub fn host_mounts_beside_tests(own_dir: &Path) -> Vec<String> {
+    let temp = std::env::temp_dir();
+    let temp = std::fs::canonicalize(&temp).unwrap_or(temp);
+    let own = std::fs::canonicalize(own_dir).unwrap_or_else(|_| own_dir.to_path_buf());
+    host_mounts()
+        .into_iter()
+        .filter(|m| {
+            let m = Path::new(m);
+            m.starts_with(&own) || !m.starts_with(&temp) || m == temp
+        })
+        .collect()
+}
+
 /// Undoes mountinfo's octal escapes (`\040` for a space).
 fn unescape_mountinfo(field: &str) -> String {
     let bytes = field.as_bytes();
@@ -566,6 +582,158 @@ fn unescape_mountinfo(field: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The names of the entries of `dir`, sorted; empty when it cannot be read. Compare
+/// before and after a runtime command to see that it left no file behind.
+pub fn dir_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// A mount a test made, unmounted when dropped (lazily, so that a mount a failed test left
+/// busy goes too): tests that mount never leave the host's mount table changed.
+#[derive(Debug)]
+pub struct TestMount {
+    target: PathBuf,
+}
+
+impl TestMount {
+    /// A tmpfs at `target` (created if missing) with `options`, such as `size=64k`.
+    pub fn tmpfs(target: &Path, options: &str) -> Result<TestMount, FakeError> {
+        std::fs::create_dir_all(target).map_err(FakeError::io("create directory", target))?;
+        let mut mount = Command::new("mount");
+        mount
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(target);
+        run_mount(mount, "mount a tmpfs")?;
+        Ok(TestMount {
+            target: target.to_path_buf(),
+        })
+    }
+
+    /// `dir` bind-mounted read-only onto itself: its files stay readable, nothing in it
+    /// can be created, changed or removed.
+    pub fn read_only(dir: &Path) -> Result<TestMount, FakeError> {
+        let mut bind = Command::new("mount");
+        bind.arg("--bind").arg(dir).arg(dir);
+        run_mount(bind, "bind-mount a directory onto itself")?;
+        // From here on, dropping the guard unmounts the bind mount.
+        let guard = TestMount {
+            target: dir.to_path_buf(),
+        };
+        let mut remount = Command::new("mount");
+        remount.args(["-o", "remount,bind,ro"]).arg(dir);
+        run_mount(remount, "make a bind mount read-only")?;
+        Ok(guard)
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &Path {
+        &self.target
+    }
+}
+
+impl Drop for TestMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.target)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn run_mount(mut command: Command, step: &'static str) -> Result<(), FakeError> {
+    let line = describe(&command);
+    let out = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| FakeError::Spawn {
+            step,
+            program: "mount".into(),
+            source,
+        })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(FakeError::Command {
+            step,
+            command: line,
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// The pids of the processes whose root directory or working directory is `dir` or
+/// under it, as `/proc/<pid>/root` and `/proc/<pid>/cwd` show them: a container's
+/// processes (and a `runc init` still setting one up) point into its rootfs.
+pub fn processes_under(dir: &Path) -> Vec<u32> {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| {
+                    ["root", "cwd"].iter().any(|link| {
+                        std::fs::read_link(format!("/proc/{pid}/{link}"))
+                            .is_ok_and(|target| target.starts_with(&dir))
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pids.sort_unstable();
+    pids
+}
+
+/// The ids of the containers runc knows in the state root `state_root`
+/// (`runc --root <state_root> list -q`).
+pub fn runc_containers(state_root: &Path) -> Vec<String> {
+    let out = Command::new(runc_path())
+        .arg("--root")
+        .arg(state_root)
+        .args(["list", "-q"])
+        .stdin(Stdio::null())
+        .output();
+    let mut ids: Vec<String> = out
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
+
+/// `runc --root <state_root> delete --force <id>`, run directly; returns whether runc
+/// succeeded (it fails for an id it does not know).
+pub fn runc_delete(state_root: &Path, id: &str) -> bool {
+    Command::new(runc_path())
+        .arg("--root")
+        .arg(state_root)
+        .args(["delete", "--force", id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 #[cfg(test)]

@@ -34,8 +34,9 @@ pub use engines::{
 };
 pub use error::FakeError;
 pub use harness::{
-    container_id, host_mounts, nvc_config_for, runc_path, tree_digest, workspace_bin, Outcome,
-    Runtime, DEFAULT_TIMEOUT,
+    container_id, dir_names, host_mounts, host_mounts_beside_tests, nvc_config_for,
+    processes_under, runc_containers, runc_delete, runc_path, tree_digest, workspace_bin, Outcome,
+    Runtime, TestMount, DEFAULT_TIMEOUT,
 };
 pub use proc_tree::proc_version;
 pub use rootfs::{
