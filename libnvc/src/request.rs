@@ -92,7 +92,8 @@ pub enum DeviceId {
     Index(u32),
     /// A GPU UUID, stored as `GPU-` and lowercase hex.
     GpuUuid(String),
-    /// A PCI bus id, stored as `dddd:bb:dd.f`, lowercase with a 4-digit domain.
+    /// A PCI bus id, stored as `dddd:bb:dd.f`, lowercase with a 4-digit domain (8 digits
+    /// for a domain above `ffff`).
     BusId(String),
     /// A MIG device UUID, stored as `MIG-` and lowercase hex, or in the old
     /// `MIG-GPU-<uuid>/<gi>/<ci>` form with lowercase hex.
@@ -641,7 +642,8 @@ fn hex(s: &str, lengths: &[usize]) -> Option<u32> {
 }
 
 /// A PCI bus id `[domain:]bus:device.function` with a 4- or 8-digit domain, normalised to
-/// `dddd:bb:dd.f`.
+/// `dddd:bb:dd.f`, or `dddddddd:bb:dd.f` for a domain that needs more than 4 digits (the
+/// normal form must read back as the same id).
 fn parse_bus_id(s: &str) -> Option<String> {
     let parts: Vec<&str> = s.split(':').collect();
     let (domain, bus, devfn) = match parts.as_slice() {
@@ -653,7 +655,12 @@ fn parse_bus_id(s: &str) -> Option<String> {
     let (device, function) = devfn.split_once('.')?;
     let device = hex(device, &[2]).filter(|d| *d <= 0x1f)?;
     let function = hex(function, &[1]).filter(|f| *f <= 7)?;
-    Some(format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}"))
+    let id = if domain > 0xffff {
+        format!("{domain:08x}:{bus:02x}:{device:02x}.{function:x}")
+    } else {
+        format!("{domain:04x}:{bus:02x}:{device:02x}.{function:x}")
+    };
+    Some(id)
 }
 
 fn mig_devices(
@@ -880,7 +887,8 @@ mod tests {
             ("00000000:06:00.0", list(vec![bus("0000:06:00.0")])),
             ("0000:AF:1F.7", list(vec![bus("0000:af:1f.7")])),
             ("0001:3b:00.0", list(vec![bus("0001:3b:00.0")])),
-            ("00010000:3b:00.0", list(vec![bus("10000:3b:00.0")])),
+            ("00010000:3b:00.0", list(vec![bus("00010000:3b:00.0")])),
+            ("00051615:3B:00.1", list(vec![bus("00051615:3b:00.1")])),
             ("06:00.0,0000:06:00.0,00000000:06:00.0", list(vec![bus("0000:06:00.0")])),
             ("000:06:00.0", Want::Err("unknown device \"000:06:00.0\"")),
             ("0000:6:00.0", Want::Err("unknown device")),
@@ -942,6 +950,28 @@ mod tests {
                 &format!("MIG-{UUID}")
             ]
         );
+    }
+
+    #[test]
+    fn normalised_device_lists_read_back_the_same() {
+        // Every form, written back in its normal form, parses to the same devices; a
+        // domain above ffff once lost its leading zeros and no longer read as a bus id.
+        let value = format!(
+            "3,GPU-{UUID_UPPER},06:00.0,00051615:3b:00.1,0001:af:1f.7,1:2,MIG-{UUID},\
+             MIG-GPU-{UUID}/01/2"
+        );
+        let devices = req(&[&format!("NVIDIA_VISIBLE_DEVICES={value}")])
+            .unwrap()
+            .devices;
+        let DeviceSelection::List(ids) = &devices else {
+            panic!("{devices:?}")
+        };
+        let shown: Vec<String> = ids.iter().map(ToString::to_string).collect();
+        assert!(shown.contains(&"00051615:3b:00.1".to_string()), "{shown:?}");
+        let again = req(&[&format!("NVIDIA_VISIBLE_DEVICES={}", shown.join(","))])
+            .unwrap()
+            .devices;
+        assert_eq!(again, devices);
     }
 
     #[test]
