@@ -452,22 +452,49 @@ impl ContainerRoot {
                 Component::Normal(name) => Some(name),
             };
             prefix.push(component);
-            let fd = match (self.lookup(&prefix, true), name) {
-                (Ok(fd), _) => fd,
-                (Err(Errno::NOENT), Some(name)) => {
-                    match rustix::fs::mkdirat(&current, name, Mode::from_raw_mode(mode)) {
-                        Ok(()) | Err(Errno::EXIST) => {}
-                        Err(e) => return Err(self.err(OP, &prefix, e)),
-                    }
-                    self.lookup(&prefix, true)
-                        .map_err(|e| self.err(OP, &prefix, e))?
-                }
-                (Err(e), _) => return Err(self.err(OP, &prefix, e)),
-            };
-            self.expect_kind(OP, &prefix, &fd, FileKind::Directory)?;
-            current = fd;
+            current = self.dir_component(OP, &current, &prefix, name, mode)?;
         }
         Ok(current)
+    }
+
+    /// The directory `prefix` resolves to, made first with `mkdirat(parent, name)` when
+    /// it is missing. A failure that a link on the way explains (dangling, a loop, a magic
+    /// link) is returned; one that nothing explains any more (`ENOENT` for what `mkdirat`
+    /// found, `ELOOP` from a link since gone) means the tree changed in between, and the
+    /// component is resolved again, at most [`ATTEMPTS`] times.
+    fn dir_component(
+        &self,
+        op: &'static str,
+        parent: &OwnedFd,
+        prefix: &Path,
+        name: Option<&OsStr>,
+        mode: u32,
+    ) -> Result<OwnedFd, FsError> {
+        for _ in 0..ATTEMPTS {
+            let found = match (self.lookup(prefix, true), name) {
+                (Ok(fd), _) => Ok(fd),
+                (Err(Errno::NOENT), Some(name)) => {
+                    match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(self.err(op, prefix, e)),
+                    }
+                    self.lookup(prefix, true)
+                }
+                (Err(e), _) => Err(e),
+            };
+            match found {
+                Ok(fd) => {
+                    self.expect_kind(op, prefix, &fd, FileKind::Directory)?;
+                    return Ok(fd);
+                }
+                Err(e @ (Errno::NOENT | Errno::LOOP)) => match self.err(op, prefix, e) {
+                    FsError::NotFound { .. } | FsError::Io { .. } => continue,
+                    explained => return Err(explained),
+                },
+                Err(e) => return Err(self.err(op, prefix, e)),
+            }
+        }
+        Err(self.raced(op, prefix))
     }
 
     /// A regular-file mount point at `path`: created empty with `O_CREAT|O_EXCL|O_NOFOLLOW`

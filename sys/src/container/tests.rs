@@ -581,6 +581,65 @@ fn mkdir_all_makes_missing_directories_inside_the_root() {
 }
 
 #[test]
+fn mkdir_all_under_a_flipping_link_says_why_or_that_it_kept_changing() {
+    let sandbox = Sandbox::new();
+    for resolver in RESOLVERS {
+        let rootfs = sandbox.rootfs();
+        let expected = sandbox.snapshot();
+        let lib = rootfs.join("usr/lib");
+        // Swapped with the real folder again and again: a link dangling inside the root.
+        host_symlink(&sandbox.outside, lib.join(".swap")).unwrap();
+        let dir = rustix::fs::open(&lib, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flipper = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut swaps = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let flags = RenameFlags::EXCHANGE;
+                    if rustix::fs::renameat_with(&dir, ".swap", &dir, "x86_64-linux-gnu", flags)
+                        .is_ok()
+                    {
+                        swaps += 1;
+                    }
+                }
+                swaps
+            })
+        };
+        let root = ContainerRoot::open_with(&rootfs, resolver).unwrap();
+        let (mut made, mut dangling, mut raced) = (0, 0, 0);
+        for _ in 0..5000 {
+            match root.mkdir_all(Path::new("/usr/lib/x86_64-linux-gnu/vdpau"), 0o755) {
+                Ok(fd) => {
+                    assert!(host_path_of(&fd).starts_with(&rootfs), "{resolver:?}");
+                    made += 1;
+                }
+                Err(FsError::DanglingLink { link, .. }) => {
+                    assert_eq!(link, Path::new("/usr/lib/x86_64-linux-gnu"), "{resolver:?}");
+                    dangling += 1;
+                }
+                Err(FsError::Raced { .. }) => raced += 1,
+                // A bare "it does not exist" for a folder that exists, or a bare ELOOP,
+                // would leave the user guessing.
+                Err(e) => panic!("{resolver:?}: {e:?}"),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let swaps = flipper.join().unwrap();
+        assert!(
+            swaps > 0 && made > 0,
+            "{resolver:?}: {swaps} swaps, {made} made"
+        );
+        assert_eq!(
+            sandbox.snapshot(),
+            expected,
+            "{resolver:?}: the outside changed"
+        );
+        eprintln!("{resolver:?}: {made} made, {dangling} dangling, {raced} raced, {swaps} swaps");
+    }
+}
+
+#[test]
 fn file_mount_points_are_created_or_reused_and_never_followed() {
     let sandbox = Sandbox::new();
     for resolver in RESOLVERS {
