@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 use nvc_tests::{
-    host_mounts, nvc_config_for, require_root, tree_digest, Bundle, FakeDriver, FakeDriverSpec,
-    Outcome, RootfsSpec, Runtime, TestRootfs,
+    nvc_config_for, require_root, tree_digest, Bundle, FakeDriver, FakeDriverSpec, Outcome,
+    RootfsSpec, Runtime, TestRootfs,
 };
 use serde_json::json;
 
@@ -360,33 +360,6 @@ fn lib64_images_get_libraries_in_usr_lib64() {
         out.contains("realpath=/usr/lib64/libcuda.so.999.88.77"),
         "{out}"
     );
-}
-
-#[test]
-fn twenty_gpu_containers_in_parallel() {
-    let w = World::new();
-    let mounts = host_mounts();
-    let bundles: Vec<Bundle> = (0..20)
-        .map(|_| w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe"))
-        .collect();
-    let outs: Vec<Outcome> = std::thread::scope(|s| {
-        let handles: Vec<_> = bundles
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                let rt = &w.rt;
-                s.spawn(move || rt.run(b, &format!("nvc-par-{}-{i}", std::process::id())))
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    for out in &outs {
-        assert!(
-            out.success() && out.stdout.contains("libcuda=ok"),
-            "{out:?}"
-        );
-    }
-    assert_eq!(host_mounts(), mounts);
 }
 
 /// Builds a libcuda for `/usr/local/cuda/compat` that reports `cuda` from
