@@ -146,9 +146,10 @@ pub fn apply(
     let layout = detect_layout(&root);
     let edits = edits::compute(driver, request, &layout)?;
     debug!(
-        "library folder {} in {}",
+        "library folder {} in {}, paths resolved with {:?}",
         layout.lib64.display(),
-        target.rootfs.display()
+        target.rootfs.display(),
+        root.resolver()
     );
 
     for m in &edits.mounts {

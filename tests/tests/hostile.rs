@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use nvc_tests::{
@@ -171,6 +171,8 @@ struct Lab {
     fake: FakeDriver,
     pristine: PathBuf,
     config: PathBuf,
+    /// The configuration whose hook runs without openat2, made on first use.
+    no_openat2: OnceLock<PathBuf>,
     next: AtomicUsize,
 }
 
@@ -197,6 +199,7 @@ impl Lab {
             dir,
             fake,
             config,
+            no_openat2: OnceLock::new(),
             next: AtomicUsize::new(0),
         }
     }
@@ -216,6 +219,28 @@ impl Lab {
             &self.path().join(format!("state{}", self.n())),
             &self.config,
         )
+    }
+
+    /// nvc-runtime whose hook runs under a seccomp filter that fails `openat2` with
+    /// `ENOSYS`, as on kernels before 5.6: the hook resolves container paths with its fd
+    /// walk instead.
+    fn nvc_without_openat2(&self) -> Runtime {
+        let config = self.no_openat2.get_or_init(|| {
+            let dir = self.path().join("no-openat2");
+            std::fs::create_dir_all(&dir).unwrap();
+            let wrapper = dir.join("nvc-hook");
+            let hook = nvc_tests::workspace_bin("nvc-hook");
+            let source = NO_OPENAT2.replace("@HOOK@", &hook.display().to_string());
+            gcc(&source, &wrapper, &["-O2"]);
+            let config = std::fs::read_to_string(&self.config).unwrap();
+            let hook_line = format!("path = \"{}\"", hook.display());
+            assert!(config.contains(&hook_line), "no hook path in {config}");
+            let config = config.replace(&hook_line, &format!("path = \"{}\"", wrapper.display()));
+            std::fs::write(dir.join("config.toml"), config).unwrap();
+            dir.join("config.toml")
+        });
+        let state = self.path().join(format!("state{}", self.n()));
+        Runtime::nvc(&state, config)
     }
 
     /// Plain runc, for control runs without nvc.
@@ -254,6 +279,36 @@ impl Lab {
         std::fs::read_to_string(self.path().join("nvc.log")).unwrap_or_default()
     }
 }
+
+/// Runs the hook (`@HOOK@`) with `openat2` failing with `ENOSYS`.
+const NO_OPENAT2: &str = r#"#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+#ifndef __NR_openat2
+#define __NR_openat2 437
+#endif
+int main(int argc, char **argv) {
+    (void)argc;
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_openat2, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof filter / sizeof filter[0], filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) {
+        perror("seccomp");
+        return 1;
+    }
+    execv("@HOOK@", argv);
+    perror("execv @HOOK@");
+    return 1;
+}
+"#;
 
 /// The hook's message in a failed outcome (from runc's log or stderr), else the last line
 /// of stderr.
@@ -446,13 +501,18 @@ fn run_control(lab: &Lab, worker: &Worker, case: &Case, script: &str) -> Option<
 /// Runs every case, [`WORKERS`] at a time, prints a table of outcomes, and fails listing
 /// every case that went wrong.
 fn run_all(lab: &Lab, cases: &[Case]) {
+    run_all_with(lab, cases, Lab::nvc, "");
+}
+
+/// [`run_all`] with nvc-runtime from `nvc`, `label` before each case's name.
+fn run_all_with(lab: &Lab, cases: &[Case], nvc: fn(&Lab) -> Runtime, label: &str) {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<(usize, Result<String, String>)>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..WORKERS {
             s.spawn(|| {
                 let worker = Worker {
-                    nvc: lab.nvc(),
+                    nvc: nvc(lab),
                     runc: lab.runc(),
                 };
                 loop {
@@ -471,13 +531,13 @@ fn run_all(lab: &Lab, cases: &[Case]) {
         // The rootfs path in messages differs from run to run; the table leaves it out.
         match result {
             Ok(outcome) => eprintln!(
-                "{:<56} {}",
+                "{label}{:<56} {}",
                 cases[i].name,
                 outcome.replace(lab.path().to_string_lossy().as_ref(), "…")
             ),
             Err(e) => {
-                eprintln!("{:<56} FAILED", cases[i].name);
-                failures.push(e);
+                eprintln!("{label}{:<56} FAILED", cases[i].name);
+                failures.push(format!("{label}{e}"));
             }
         }
     }
@@ -680,6 +740,12 @@ fn hostile_links_never_reach_outside_the_rootfs() {
         .flat_map(|path| LinkKind::ALL.map(|kind| link_case(path, kind)))
         .collect();
     run_all(&lab, &cases);
+    // The same with the hook's fd walk, as on kernels without openat2: the same outcomes.
+    run_all_with(&lab, &cases, Lab::nvc_without_openat2, "[no openat2] ");
+    assert!(
+        lab.nvc_log().contains("paths resolved with FdWalk"),
+        "the hook never ran without openat2"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
