@@ -58,6 +58,7 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         source,
     };
     let view = spec::view(&spec, bundle).map_err(bad_spec)?;
+    refuse_linked_dev(&view.rootfs)?;
     let policy =
         libnvc::oci::request_policy(config, view.privileged).map_err(|e| ShimError::Policy {
             path: source.path.to_path_buf(),
@@ -109,6 +110,23 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         );
     }
     Ok(())
+}
+
+/// Refuses a rootfs whose `/dev` is a symbolic link, for every container. runc (1.1.x)
+/// makes `/dev/fd`, `/dev/stdin`, `/dev/stdout`, `/dev/stderr` and `/dev/ptmx` by joining
+/// the rootfs path and following that link in the host's view, so they land outside the
+/// container, before any hook runs. `/dev` is the runtime's own tmpfs: no working image
+/// needs it to be a link. Only the one entry directly under the trusted rootfs path is
+/// looked at, without following it.
+fn refuse_linked_dev(rootfs: &Path) -> Result<(), ShimError> {
+    let dev = rootfs.join("dev");
+    match std::fs::symlink_metadata(&dev) {
+        Ok(m) if m.file_type().is_symlink() => Err(ShimError::LinkedDev {
+            target: std::fs::read_link(&dev).unwrap_or_default(),
+            rootfs: rootfs.to_path_buf(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// runc runs the hook by absolute path; anything else fails late and obscurely.

@@ -100,4 +100,17 @@ pub enum ShimError {
         /// The config file.
         config: PathBuf,
     },
+    /// The image's `/dev` is a symbolic link, which runc would follow out of the rootfs.
+    #[error(
+        "the image's /dev is a symbolic link (to {target}) in {rootfs}: the runtime would \
+         create /dev/fd, /dev/stdin, /dev/stdout, /dev/stderr and /dev/ptmx through it, \
+         outside the container; refusing to start it. Remove the link from the image: \
+         /dev is a tmpfs the runtime makes"
+    )]
+    LinkedDev {
+        /// Where the link points.
+        target: PathBuf,
+        /// The container's rootfs.
+        rootfs: PathBuf,
+    },
 }

@@ -540,3 +540,30 @@ fn gpu_container_gets_nodes_rules_and_hook() {
         "{err}"
     );
 }
+
+#[test]
+fn a_rootfs_whose_dev_is_a_link_is_refused_before_the_runtime() {
+    let w = World::new();
+    let rootfs = w.bundle.join("rootfs");
+    fs::create_dir(&rootfs).unwrap();
+    std::os::unix::fs::symlink("/somewhere/outside", rootfs.join("dev")).unwrap();
+    for env in [
+        &["PATH=/bin"][..],
+        &["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"],
+    ] {
+        let bytes = w.write_spec(&spec_with_env(env));
+        let _ = fs::remove_file(&w.record);
+        let bundle = w.bundle.to_str().unwrap();
+        let err = failed(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+        assert!(err.contains("/dev is a symbolic link"), "{err}");
+        assert!(err.contains("/somewhere/outside"), "{err}");
+        assert!(err.contains(&rootfs.display().to_string()), "{err}");
+        assert!(w.recorded().is_none(), "the runtime ran: {env:?}");
+        assert_eq!(fs::read(w.spec_path()).unwrap(), bytes);
+    }
+    // A real directory is fine; other commands never look.
+    fs::remove_file(rootfs.join("dev")).unwrap();
+    fs::create_dir(rootfs.join("dev")).unwrap();
+    w.write_spec(&spec_with_env(&["PATH=/bin"]));
+    ok(&w.shim(&["create", "--bundle", w.bundle.to_str().unwrap(), "ctr"]));
+}

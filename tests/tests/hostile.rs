@@ -243,11 +243,6 @@ impl Lab {
         Runtime::nvc(&state, config)
     }
 
-    /// Plain runc, for control runs without nvc.
-    fn runc(&self) -> Runtime {
-        Runtime::runc(&self.path().join(format!("runc-state{}", self.n())))
-    }
-
     /// A fresh directory with a copy of the pristine rootfs at `<dir>/rootfs`.
     fn fresh(&self) -> PathBuf {
         let dir = self.path().join(format!("case{}", self.n()));
@@ -341,10 +336,6 @@ enum Expect {
     Starts,
     /// The container was refused with a message naming the attacked path and saying this.
     Refused(&'static str),
-    /// runc itself acts on the path before the hook runs (`/dev`): the container starts
-    /// or runc refuses it, naming the path, and whatever the attack does outside, plain
-    /// runc without nvc does exactly the same.
-    UpToRunc,
 }
 
 type Plant = Box<dyn Fn(&Path, &Path) + Send + Sync>;
@@ -401,37 +392,22 @@ fn case_script(attacked: &str, check: Option<&str>) -> String {
     )
 }
 
-/// The runtimes one worker uses.
-struct Worker {
-    nvc: Runtime,
-    runc: Runtime,
-}
-
 /// Runs `case` in a fresh rootfs: `Ok` with a one-line outcome, or `Err` saying what went
 /// wrong.
-fn run_case(lab: &Lab, worker: &Worker, case: &Case) -> Result<String, String> {
+fn run_case(lab: &Lab, nvc: &Runtime, case: &Case) -> Result<String, String> {
     let dir = lab.fresh();
     let rootfs = dir.join("rootfs");
     let outside = Outside::new(&dir, lab.path());
     (case.plant)(&rootfs, &outside.dir);
     let script = case_script(&case.attacked, case.check.as_ref().map(|(c, _)| c.as_str()));
     let bundle = lab.bundle(&rootfs, &all_gpus(), &script);
-    let out = worker.nvc.run(&bundle, &container_id("nvc-hostile"));
+    let out = nvc.run(&bundle, &container_id("nvc-hostile"));
     let fail = |why: String| Err(format!("{}: {why}\n{out:?}", case.name));
-    let mut note = String::new();
     if let Some(after) = outside.tree_change() {
-        // The same attack under plain runc, without nvc, in a rootfs of its own.
-        let control = run_control(lab, worker, case, &script);
-        if case.expect != Expect::UpToRunc || control.as_deref() != Some(after.as_str()) {
-            return fail(format!(
-                "the outside tree changed:\nbefore:\n{}after:\n{after}\nunder plain runc: {}",
-                outside.digest,
-                control.as_deref().unwrap_or("unchanged\n")
-            ));
-        }
-        note = " (runc itself writes through the link outside the rootfs, \
-                 exactly the same without nvc)"
-            .to_string();
+        return fail(format!(
+            "the outside tree changed:\nbefore:\n{}after:\n{after}",
+            outside.digest
+        ));
     } else if let Some(change) = outside.changes() {
         return fail(change);
     }
@@ -461,7 +437,6 @@ fn run_case(lab: &Lab, worker: &Worker, case: &Case) -> Result<String, String> {
         }
         format!("refused: {said}")
     };
-    let outcome = format!("{outcome}{note}");
     let judged = match case.expect {
         Expect::Starts if !outcome.starts_with("started") => {
             Err(format!("should start, but {outcome}"))
@@ -484,20 +459,6 @@ fn run_case(lab: &Lab, worker: &Worker, case: &Case) -> Result<String, String> {
     }
 }
 
-/// Runs `case` under plain runc without any GPU, in a fresh rootfs: the outside tree's
-/// digest afterwards when the run changed it.
-fn run_control(lab: &Lab, worker: &Worker, case: &Case, script: &str) -> Option<String> {
-    let dir = lab.fresh();
-    let rootfs = dir.join("rootfs");
-    let outside = Outside::new(&dir, lab.path());
-    (case.plant)(&rootfs, &outside.dir);
-    let bundle = lab.bundle(&rootfs, &[], script);
-    worker
-        .runc
-        .run(&bundle, &container_id("nvc-hostile-control"));
-    outside.tree_change()
-}
-
 /// Runs every case, [`WORKERS`] at a time, prints a table of outcomes, and fails listing
 /// every case that went wrong.
 fn run_all(lab: &Lab, cases: &[Case]) {
@@ -511,14 +472,11 @@ fn run_all_with(lab: &Lab, cases: &[Case], nvc: fn(&Lab) -> Runtime, label: &str
     std::thread::scope(|s| {
         for _ in 0..WORKERS {
             s.spawn(|| {
-                let worker = Worker {
-                    nvc: nvc(lab),
-                    runc: lab.runc(),
-                };
+                let runtime = nvc(lab);
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(case) = cases.get(i) else { break };
-                    let result = run_case(lab, &worker, case);
+                    let result = run_case(lab, &runtime, case);
                     results.lock().unwrap().push((i, result));
                 }
             });
@@ -693,8 +651,14 @@ fn link_case(path: &'static str, kind: LinkKind) -> Case {
     let name = format!("{path} -> {}", kind.name());
     let plant = move |rootfs: &Path, outside: &Path| kind.plant(rootfs, path, outside);
     match path {
-        // runc mounts its /dev tmpfs and makes its links and nodes before the hook runs.
-        "/dev" => Case::new(name, path, plant, Expect::UpToRunc),
+        // runc (1.1) makes its /dev links by joining the rootfs path, which follows a
+        // linked /dev out of the rootfs before any hook runs: nvc-runtime refuses it.
+        "/dev" => Case::new(
+            name,
+            path,
+            plant,
+            Expect::Refused("/dev is a symbolic link"),
+        ),
         // A link is never a mount point.
         "/tmp/nvidia-mps" => Case::new(name, path, plant, Expect::Refused("it is a symbolic link")),
         // The library folder is a directory only if it resolves to one inside the rootfs;
