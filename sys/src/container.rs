@@ -264,6 +264,15 @@ pub enum FsError {
         #[source]
         source: io::Error,
     },
+    /// The process whose mount namespace was to be entered is gone.
+    #[error(
+        "the container's process {pid} exited before its mount namespace could be entered \
+         (the container was killed or failed while starting)"
+    )]
+    ProcessGone {
+        /// The process.
+        pid: i32,
+    },
 }
 
 impl FsError {

@@ -754,11 +754,28 @@ fn spawn_shim(shim: &Path, config: &Path, state: &Path, bundle: &Path, id: &str)
 }
 
 #[test]
+fn megabytes_of_annotations_reach_the_hook_in_the_state() {
+    let w = World::new();
+    // runc copies the annotations into the state it gives the hook on stdin.
+    let b = Bundle::new(&w.dir.path().join("annotated"), &w.rootfs.path)
+        .unwrap()
+        .args(&["sh", "-c", "[ -e /dev/nvidiactl ] && echo gpu-ready"])
+        .env(&["NVIDIA_VISIBLE_DEVICES=all"])
+        .set("/annotations/org.example.big", json!("a".repeat(3 << 20)))
+        .write()
+        .unwrap();
+    let out = w.rt.run(&b, &container_id("nvc-annotated"));
+    assert!(
+        out.success() && out.stdout.contains("gpu-ready"),
+        "{out:?}\nnvc log:\n{}",
+        w.nvc_log()
+    );
+}
+
+#[test]
 fn a_shim_killed_while_saving_never_leaves_a_partial_spec() {
     let w = World::new();
-    // A MiB of a field nvc does not know, so that saving takes a while. Not
-    // annotations: runc hands those to the hook in the container state, which the hook
-    // reads only up to 1 MiB of.
+    // A MiB of a field nvc does not know, so that saving takes a while.
     let padding: Vec<String> = (0..1000)
         .map(|i| format!("{i:04}{}", "p".repeat(1000)))
         .collect();

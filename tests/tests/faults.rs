@@ -210,6 +210,11 @@ fn init_killed_before_the_hook_runs() {
         assert!(!out.success(), "{what}: started: {out:?}");
         assert!(!out.stdout.contains("started"), "{what}: {out:?}");
         succeeded_or_said_why(&out, &what);
+        assert!(
+            out.stderr
+                .contains("exited before its mount namespace could be entered"),
+            "{what}: {out:?}"
+        );
         eprintln!("{what}: {}", out.stderr.trim());
         host.assert_unchanged(&w, &rt, &what);
     }

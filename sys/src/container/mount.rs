@@ -261,13 +261,18 @@ pub fn enter_mount_namespace(pid: i32) -> Result<(), FsError> {
     let process = rustix::process::Pid::from_raw(pid)
         .ok_or_else(|| fail("enter the mount namespace of", Errno::INVAL))?;
     let pidfd = rustix::process::pidfd_open(process, rustix::process::PidfdFlags::empty())
-        .map_err(|e| fail("open a pidfd for", e))?;
+        .map_err(|e| match e {
+            Errno::SRCH => FsError::ProcessGone { pid },
+            e => fail("open a pidfd for", e),
+        })?;
     match rustix::thread::move_into_thread_name_spaces(
         pidfd.as_fd(),
         rustix::thread::ThreadNameSpaceType::MOUNT,
     ) {
         Ok(()) => Ok(()),
         Err(Errno::INVAL) => enter_through_procfs(pid, &pidfd),
+        // A zombie: killed, not yet reaped by the runtime.
+        Err(Errno::SRCH) => Err(FsError::ProcessGone { pid }),
         Err(e) => Err(fail("enter the mount namespace of", e)),
     }
 }
