@@ -34,7 +34,7 @@ pub fn check(data: &[u8]) {
     let got = scan(&args);
     assert_eq!(args, before, "scan changed the argv");
 
-    let want = subcommand_index(&args);
+    let (want, values) = subcommand_index(&args);
     let want_name = want
         .and_then(|i| args.get(i))
         .map(|a| a.to_string_lossy().into_owned());
@@ -43,13 +43,12 @@ pub fn check(data: &[u8]) {
         "subcommand of {args:?} (at {want:?})"
     );
     if let Some(i) = want {
-        if let Some(prev) = i.checked_sub(1).and_then(|p| args.get(p)) {
-            assert!(
-                !takes_next_as_value(prev),
-                "subcommand {:?} is the value of {prev:?}",
-                args[i]
-            );
-        }
+        assert!(
+            !values.contains(&i),
+            "subcommand {:?} is the value of {:?}",
+            args[i],
+            args[i - 1]
+        );
     }
     assert_consistent(&got);
 }
@@ -66,13 +65,15 @@ fn takes_next_as_value(arg: &OsStr) -> bool {
 
 /// Where runc finds its subcommand, read directly from Go's `flag` rules: skip flags
 /// (`-x`, `--x`, `--x=v`; a value-taking one without `=` also takes the next argument);
-/// `--` makes the next argument the subcommand; anything else is the subcommand.
-fn subcommand_index(args: &[OsString]) -> Option<usize> {
+/// `--` makes the next argument the subcommand; anything else is the subcommand. Also
+/// returns the positions of the global flags' values.
+fn subcommand_index(args: &[OsString]) -> (Option<usize>, Vec<usize>) {
+    let mut values = Vec::new();
     let mut i = 0;
     while let Some(arg) = args.get(i) {
         let bytes = arg.as_bytes();
         if bytes == b"--" {
-            return (i + 1 < args.len()).then_some(i + 1);
+            return ((i + 1 < args.len()).then_some(i + 1), values);
         }
         let is_flag = bytes.len() >= 2 && bytes[0] == b'-' && {
             let body = bytes
@@ -83,11 +84,16 @@ fn subcommand_index(args: &[OsString]) -> Option<usize> {
             std::str::from_utf8(name).is_ok()
         };
         if !is_flag {
-            return Some(i);
+            return (Some(i), values);
         }
-        i += if takes_next_as_value(arg) { 2 } else { 1 };
+        if takes_next_as_value(arg) {
+            values.push(i + 1);
+            i += 2;
+        } else {
+            i += 1;
+        }
     }
-    None
+    (None, values)
 }
 
 fn assert_consistent(got: &RuncArgs) {
