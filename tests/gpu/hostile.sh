@@ -62,7 +62,7 @@ link() { # link PATH TARGET: replaces PATH in the rootfs by a symlink
 version=$(grep -o '[0-9]\+\.[0-9]\+\.[0-9]\+' /proc/driver/nvidia/version | head -1)
 for path in usr/lib/x86_64-linux-gnu usr/bin lib/firmware lib/firmware/nvidia/$version etc \
     etc/ld.so.cache etc/ld.so.conf.d usr/local/cuda/compat usr/share/vulkan/icd.d \
-    usr/share/glvnd/egl_vendor.d run/nvidia-persistenced; do
+    usr/share/glvnd/egl_vendor.d run/nvidia-persistenced dev; do
     hostile "/$path -> absolute" "/$path" "$(link "$path" "$outside")"
     hostile "/$path -> ../" "/$path" "$(link "$path" "../../../../../../../../..$outside")"
     hostile "/$path -> /proc/1/root" "/$path" "$(link "$path" "/proc/1/root$outside")"
