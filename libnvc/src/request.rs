@@ -315,7 +315,7 @@ impl Request {
         let disabled_by_env = match get(DISABLE_REQUIRE) {
             None => false,
             Some(value) => parse_bool(value).ok_or_else(|| RequestError::BadDisableRequire {
-                value: value.to_string(),
+                value: excerpt(value),
             })?,
         };
         let check_requirements = !(disabled_by_env || policy.disable_require);
@@ -426,7 +426,7 @@ fn annotation_devices(
             let Some((kind, name)) = crate::cdi::split_qualified(item) else {
                 return Err(RequestError::BadCdiAnnotation {
                     annotation: key.clone(),
-                    item: item.to_string(),
+                    item: excerpt(item),
                 });
             };
             if kind != crate::cdi::KIND {
@@ -439,7 +439,7 @@ fn annotation_devices(
             }
             let id = parse_device_id(name).map_err(|_| RequestError::BadCdiAnnotation {
                 annotation: key.clone(),
-                item: item.to_string(),
+                item: excerpt(item),
             })?;
             if !ids.contains(&id) {
                 ids.push(id);
@@ -481,6 +481,22 @@ fn requirements(
 }
 
 /// The non-empty items of a comma list, trimmed.
+/// The most of a value an error quotes: environment values can be megabytes long, and
+/// error messages end up in logs and on terminals.
+const MAX_QUOTED: usize = 256;
+
+/// `value` as an error quotes it: whole when short, else its start and its length.
+fn excerpt(value: &str) -> String {
+    if value.len() <= MAX_QUOTED {
+        return value.to_string();
+    }
+    let mut end = MAX_QUOTED;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &value[..end], value.len())
+}
+
 fn items(value: &str) -> Vec<&str> {
     value
         .split(',')
@@ -524,7 +540,7 @@ fn parse_devices(variable: &'static str, value: &str) -> Result<DeviceSelection,
             return Err(RequestError::MixedKeyword {
                 variable,
                 keyword: item.to_string(),
-                value: value.trim().to_string(),
+                value: excerpt(value.trim()),
             });
         }
         let id = match parse_device_id(item) {
@@ -532,13 +548,13 @@ fn parse_devices(variable: &'static str, value: &str) -> Result<DeviceSelection,
             Err(IdError::Unknown) => {
                 return Err(RequestError::UnknownDevice {
                     variable,
-                    item: item.to_string(),
+                    item: excerpt(item),
                 })
             }
             Err(IdError::TooLarge) => {
                 return Err(RequestError::DeviceIndexTooLarge {
                     variable,
-                    item: item.to_string(),
+                    item: excerpt(item),
                 })
             }
         };
@@ -674,7 +690,7 @@ fn mig_devices(
     if !policy.privileged && requests_something(value) {
         return Err(RequestError::NeedsPrivileged {
             variable,
-            value: value.to_string(),
+            value: excerpt(value),
         });
     }
     parse_devices(variable, value)
@@ -693,17 +709,17 @@ fn parse_channels(value: &str) -> Result<ChannelSelection, RequestError> {
             return Err(RequestError::MixedKeyword {
                 variable: IMEX_CHANNELS,
                 keyword: item.to_string(),
-                value: value.trim().to_string(),
+                value: excerpt(value.trim()),
             });
         }
         let n = decimal(item).ok_or_else(|| RequestError::UnknownChannel {
-            item: item.to_string(),
+            item: excerpt(item),
         })?;
         let channel = u32::try_from(n)
             .ok()
             .filter(|c| u64::from(*c) <= MAX_IMEX_CHANNEL)
             .ok_or_else(|| RequestError::ChannelTooLarge {
-                item: item.to_string(),
+                item: excerpt(item),
             })?;
         if !channels.contains(&channel) {
             channels.push(channel);
@@ -731,7 +747,7 @@ fn capabilities(
         }
         let named =
             CapabilitySet::parse_list(item).map_err(|source| RequestError::UnknownCapability {
-                value: value.to_string(),
+                value: excerpt(value),
                 source,
             })?;
         if named.intersection(supported) != named {
@@ -772,6 +788,31 @@ fn legacy_requirement(cuda_version: &str) -> Result<Requirement, RequestError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_quote_long_values_by_their_start_and_length() {
+        let policy = RequestPolicy::default();
+        let long = format!("0,{}", "é".repeat(300_000));
+        let env = format!("NVIDIA_VISIBLE_DEVICES={long}");
+        let err = Request::from_env([env.as_str()], &policy).unwrap_err();
+        let text = err.to_string();
+        assert!(text.len() < 1024, "{} bytes", text.len());
+        assert!(
+            text.contains(&format!("({} bytes)", long.len() - 2)),
+            "{text}"
+        );
+        assert!(
+            text.starts_with("NVIDIA_VISIBLE_DEVICES: unknown device"),
+            "{text}"
+        );
+        let mixed = format!("all,{}", "1,".repeat(10_000));
+        let env = format!("NVIDIA_VISIBLE_DEVICES={mixed}");
+        let text = Request::from_env([env.as_str()], &policy)
+            .unwrap_err()
+            .to_string();
+        assert!(text.len() < 1024 && text.contains("bytes)"), "{text}");
+        assert_eq!(excerpt("0,1"), "0,1");
+    }
 
     fn chain(e: &dyn std::error::Error) -> String {
         let mut s = e.to_string();

@@ -388,7 +388,7 @@ fn huge_environments() {
         &b.dir,
         &[
             "NVIDIA_VISIBLE_DEVICES: unknown device \"xxx",
-            "bytes left out",
+            "(1048576 bytes)",
         ],
     );
     assert!(
@@ -410,7 +410,7 @@ fn huge_environments() {
         &b.dir,
         &[
             "NVIDIA_VISIBLE_DEVICES: \"all\" cannot be combined",
-            "bytes left out",
+            "(1048579 bytes)",
         ],
     );
     assert!(
