@@ -24,10 +24,14 @@ use nvc_tests::{
 /// minors 0-7 and nvidiactl through nodes it makes itself, printing `open 195:M <errno
 /// text>`: "No such device or address" means the device cgroup let it through (there is no
 /// driver behind the fake nodes), "Operation not permitted" that the cgroup denied it.
+///
+/// The pause at the end: `ctr run` copies a task's output from a FIFO and has been seen
+/// to lose the last line of a task that exits right after writing it.
 const PROBE: &str = "for n in /dev/nvidia*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; \
     nvc-probe; nvidia-smi -L; \
     for m in 0 1 2 3 4 5 6 7 255; do mknod /tmp/c$m c 195 $m 2>/dev/null; \
-    head -c1 /tmp/c$m >/dev/null 2>/tmp/err; echo open 195:$m $(sed 's/.*: //' /tmp/err); done; true";
+    head -c1 /tmp/c$m >/dev/null 2>/tmp/err; echo open 195:$m $(sed 's/.*: //' /tmp/err); done; \
+    sleep 0.3; true";
 
 const IMAGE: &str = "localhost/nvc-test:latest";
 const CTR_IMAGE: &str = "docker.io/library/nvc-test:latest";
