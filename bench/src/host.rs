@@ -140,8 +140,16 @@ pub fn cgroup_version(mountinfo: &str) -> String {
     }
 }
 
-/// `git rev-parse --short HEAD` of the current directory, `-dirty` when it has changes.
+/// `NVC_BENCH_COMMIT` when set (the commit the binaries were built from, for a run on a
+/// copy of the tree), else `git rev-parse --short HEAD` of the current directory, `-dirty`
+/// when it has changes.
 fn commit() -> Option<String> {
+    if let Some(commit) = std::env::var("NVC_BENCH_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+    {
+        return Some(commit);
+    }
     let head = output(Command::new("git").args(["rev-parse", "--short", "HEAD"]))?;
     let dirty = output(Command::new("git").args(["status", "--porcelain", "--untracked-files=no"]))
         .is_some_and(|s| !s.trim().is_empty());

@@ -8,6 +8,7 @@ carry=.device-carry
 cargo build --release --locked --workspace
 mkdir -p "$carry/bin" "$carry/debs"
 cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-fake-driver,nvc-bench} "$carry/bin/"
+git describe --always --dirty >"$carry/commit"
 # The benchmark's small rootfs (the GPU machine's own is built there by validate.py).
 rm -rf "$carry/bench" && target/release/nvc-demo-bundle "$carry/bench" -- /bin/true >/dev/null
 # The payload hostile.sh puts in images (no compiler on the GPU machine).

@@ -17,10 +17,10 @@ bash tests/gpu/e2e.sh "$tmp/e2e" >"$out/e2e.txt" 2>&1 || status=1
 bash tests/gpu/hostile.sh "$tmp/hostile" >"$out/hostile.txt" 2>&1 || status=1
 bash tests/gpu/discovery.sh .device-carry/bin "$tmp/discovery" >"$out/discovery.txt" 2>&1 || status=1
 if [ -x .device-carry/bin/nvc-bench ]; then
-    .device-carry/bin/nvc-bench --real --rootfs .device-carry/bench/rootfs \
+    NVC_BENCH_COMMIT=$(cat .device-carry/commit 2>/dev/null) .device-carry/bin/nvc-bench --real --rootfs .device-carry/bench/rootfs \
         --runc /usr/local/sbin/runc --update-doc docs/performance.md --section gpu \
         >"$out/bench.txt" 2>&1 || status=1
     cp docs/performance.md "$out/performance.md"
 fi
-tail -3 "$out/validate.log" "$out/e2e.txt" "$out/hostile.txt" "$out/discovery.txt" "$out/bench.txt" 2>/dev/null
+tail -n 3 "$out/validate.log" "$out/e2e.txt" "$out/hostile.txt" "$out/discovery.txt" "$out/bench.txt" 2>/dev/null
 exit $status

@@ -792,7 +792,12 @@ fn a_shim_killed_while_saving_never_leaves_a_partial_spec() {
     let noop = w.noop_runtime();
     let noop_config = PathBuf::from(&noop.env[0].1);
     let (mut window, mut total) = (Duration::ZERO, Duration::ZERO);
-    for _ in 0..3 {
+    // On a loaded machine a poll can miss a short-lived file: try until three runs saw it.
+    let mut calibrated = 0;
+    for _ in 0..30 {
+        if calibrated == 3 {
+            break;
+        }
         std::fs::write(b.config_path(), &original).unwrap();
         let started = Instant::now();
         let mut child = spawn_shim(&shim, &noop_config, &noop.state_root, &b.dir, "calibrate");
@@ -804,10 +809,16 @@ fn a_shim_killed_while_saving_never_leaves_a_partial_spec() {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
-        let (first, last) = seen.expect("the shim never showed a temporary file");
-        window = window.max(last - first);
         total = total.max(started.elapsed());
+        if let Some((first, last)) = seen {
+            window = window.max(last - first);
+            calibrated += 1;
+        }
     }
+    assert!(
+        calibrated > 0,
+        "in 30 runs the shim never showed a temporary file"
+    );
     eprintln!("the shim runs {total:?}, its temporary file lives up to {window:?}");
     std::fs::write(b.config_path(), &original).unwrap();
     let edited_value = created(&w.rt, &b);
@@ -882,11 +893,19 @@ fn a_shim_killed_while_saving_never_leaves_a_partial_spec() {
     );
     // The next run removes what killed shims left.
     std::fs::write(b.config_path(), &original).unwrap();
-    created(&w.rt, &b);
-    assert_eq!(std::fs::read(b.config_path()).unwrap(), edited);
+    let id = container_id("nvc-after-kills");
+    let out = w.rt.create(&b, &id);
+    w.rt.delete(&id);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read(b.config_path()).unwrap(),
+        edited,
+        "the run after the kills did not write the complete edit"
+    );
     assert_eq!(dir_names(&b.dir), names, "temporary files left");
     assert_eq!(mounts(w.dir.path()), mounts_before);
-    assert!(runc_containers(&state).is_empty());
-    assert!(processes_under(&w.rootfs.path).is_empty());
-    let _ = w.nvc_log();
+    let left = runc_containers(&state);
+    assert!(left.is_empty(), "containers left in runc's state: {left:?}");
+    let left = processes_under(&w.rootfs.path);
+    assert!(left.is_empty(), "processes left in the rootfs: {left:?}");
 }

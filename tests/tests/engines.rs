@@ -27,7 +27,8 @@ use nvc_tests::{
 ///
 /// The pause at the end: `ctr run` copies a task's output from a FIFO and has been seen
 /// to lose the last line of a task that exits right after writing it.
-const PROBE: &str = "for n in /dev/nvidia*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; \
+const PROBE: &str =
+    "for n in /dev/nvidia*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; \
     nvc-probe; nvidia-smi -L; \
     for m in 0 1 2 3 4 5 6 7 255; do mknod /tmp/c$m c 195 $m 2>/dev/null; \
     head -c1 /tmp/c$m >/dev/null 2>/tmp/err; echo open 195:$m $(sed 's/.*: //' /tmp/err); done; \
