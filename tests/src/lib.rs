@@ -16,6 +16,7 @@ mod error;
 mod harness;
 mod proc_tree;
 mod rootfs;
+mod setup;
 mod spec;
 mod tree;
 
@@ -42,6 +43,7 @@ pub use proc_tree::proc_version;
 pub use rootfs::{
     elf_interpreter, RootfsSpec, TestRootfs, BUSYBOX_APPLETS, LOADER_PATH, PROBE_PATH,
 };
+pub use setup::{TestSetup, FAKE_PROC_MOUNT};
 pub use spec::{FakeDriverSpec, FakeGpu, FAKE_GPU_MODEL, MAX_GPU_MINOR};
 pub use tree::{FakeDriver, LIB32_DIR, MULTIARCH_LIB_DIR, NVIDIA_PREFIX};
 

@@ -14,9 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nvc_tests::{
-    container_id, dir_names, host_mounts_beside_tests, nvc_config_for, processes_under,
-    require_root, runc_containers, runc_delete, workspace_bin, Bundle, FakeDriver, FakeDriverSpec,
-    FakeGpu, Outcome, RootfsSpec, Runtime, TestMount, TestRootfs,
+    container_id, dir_names, host_mounts_beside_tests, processes_under, runc_containers,
+    runc_delete, workspace_bin, Bundle, FakeDriver, FakeGpu, Outcome, Runtime, TestMount,
+    TestRootfs, TestSetup,
 };
 use serde_json::{json, Value};
 
@@ -32,16 +32,12 @@ struct World {
 
 impl World {
     fn new() -> World {
-        require_root("containers need runc, device nodes and mounts");
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("driver")).unwrap();
-        let fake = FakeDriverSpec::default()
-            .build(&dir.path().join("driver"))
-            .unwrap();
-        let rootfs = RootfsSpec::default()
-            .build(&dir.path().join("rootfs"))
-            .unwrap();
-        let config = nvc_config_for(&fake, dir.path()).unwrap();
+        let TestSetup {
+            dir,
+            fake,
+            rootfs,
+            config,
+        } = TestSetup::new("containers need runc, device nodes and mounts");
         let rt = Runtime::nvc(&dir.path().join("state"), &config);
         World {
             dir,

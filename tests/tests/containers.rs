@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 use nvc_tests::{
-    nvc_config_for, require_root, tree_digest, Bundle, FakeDriver, FakeDriverSpec, Outcome,
-    RootfsSpec, Runtime, TestRootfs,
+    tree_digest, Bundle, FakeDriver, FakeDriverSpec, Outcome, RootfsSpec, Runtime, TestRootfs,
+    TestSetup,
 };
 use serde_json::json;
 
@@ -24,15 +24,16 @@ impl World {
     }
 
     fn with(spec: FakeDriverSpec, rootfs: RootfsSpec) -> World {
-        require_root("containers need runc, device nodes and mounts");
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("driver")).unwrap();
-        let fake = spec.build(&dir.path().join("driver")).unwrap();
-        let rootfs = rootfs.build(&dir.path().join("rootfs")).unwrap();
-        // The mount point of the fake proc tree, made now so that runc making it does not
-        // count as a change to the rootfs.
-        std::fs::create_dir_all(rootfs.path.join("run/fake-proc")).unwrap();
-        let config = nvc_config_for(&fake, dir.path()).unwrap();
+        let TestSetup {
+            dir,
+            fake,
+            rootfs,
+            config,
+        } = TestSetup::with(
+            "containers need runc, device nodes and mounts",
+            spec,
+            rootfs,
+        );
         let rt = Runtime::nvc(&dir.path().join("state"), &config);
         World {
             dir,
@@ -43,22 +44,15 @@ impl World {
         }
     }
 
-    /// A bundle running `script` with `env`; the fake proc tree is visible at
-    /// /run/fake-proc for the fake nvidia-smi (runc refuses mounts under /proc).
+    /// A bundle running `script` with `env` and the fake proc tree.
     fn bundle(&self, env: &[&str], script: &str) -> Bundle {
         self.n.set(self.n.get() + 1);
         let dir = self.dir.path().join(format!("bundle{}", self.n.get()));
-        let mut env: Vec<String> = env.iter().map(|s| s.to_string()).collect();
-        env.push("NVC_FAKE_PROC=/run/fake-proc".into());
         Bundle::new(&dir, &self.rootfs.path)
             .unwrap()
             .args(&["sh", "-c", script])
-            .env(&env)
-            .set(
-                "/mounts/-",
-                json!({"destination": "/run/fake-proc", "type": "bind",
-                       "source": self.fake.proc_root, "options": ["rbind", "ro"]}),
-            )
+            .env(env)
+            .with_fake_proc(&self.fake)
             .write()
             .unwrap()
     }

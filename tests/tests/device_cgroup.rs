@@ -20,10 +20,7 @@ use std::time::Duration;
 use libnvc::devcgroup::{
     self, AttachHow, CharDevice, DevCgroupError, DeviceCgroup, DevicePolicy, Granted, Rule,
 };
-use nvc_tests::{
-    nvc_config_for, require_root, Bundle, FakeDriver, FakeDriverSpec, Outcome, RootfsSpec, Runtime,
-    TestRootfs,
-};
+use nvc_tests::{require_root, Bundle, FakeDriver, Outcome, Runtime, TestRootfs, TestSetup};
 use serde_json::json;
 
 const DENIED: &str = "Operation not permitted";
@@ -458,17 +455,12 @@ struct World {
 
 impl World {
     fn new() -> World {
-        require_root("containers need runc, device nodes and mounts");
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("driver")).unwrap();
-        let fake = FakeDriverSpec::default()
-            .build(&dir.path().join("driver"))
-            .unwrap();
-        let rootfs = RootfsSpec::default()
-            .build(&dir.path().join("rootfs"))
-            .unwrap();
-        std::fs::create_dir_all(rootfs.path.join("run/fake-proc")).unwrap();
-        let config = nvc_config_for(&fake, dir.path()).unwrap();
+        let TestSetup {
+            dir,
+            fake,
+            rootfs,
+            config,
+        } = TestSetup::new("containers need runc, device nodes and mounts");
         World {
             dir,
             fake,
@@ -483,12 +475,8 @@ impl World {
         Bundle::new(&self.dir.path().join(name), &self.rootfs.path)
             .unwrap()
             .args(&["sh", "-c", script])
-            .env(&[env, "NVC_FAKE_PROC=/run/fake-proc"])
-            .set(
-                "/mounts/-",
-                json!({"destination": "/run/fake-proc", "type": "bind",
-                       "source": self.fake.proc_root, "options": ["rbind", "ro"]}),
-            )
+            .env(&[env])
+            .with_fake_proc(&self.fake)
             .set(
                 "/hooks",
                 json!({"prestart": [{

@@ -13,11 +13,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nvc_tests::{
-    container_id, host_mounts_beside_tests, nvc_config_for, processes_under, require_root,
-    runc_containers, tree_digest, workspace_bin, Bundle, FakeDriver, FakeDriverSpec, Outcome,
-    RootfsSpec, Runtime, TestRootfs,
+    container_id, host_mounts_beside_tests, processes_under, runc_containers, tree_digest,
+    workspace_bin, Bundle, FakeDriver, Outcome, Runtime, TestRootfs, TestSetup,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// One test's world: a fake driver, a rootfs, an nvc config, a runtime through the shim.
 struct World {
@@ -31,17 +30,12 @@ struct World {
 
 impl World {
     fn new() -> World {
-        require_root("containers need runc, device nodes and mounts");
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("driver")).unwrap();
-        let fake = FakeDriverSpec::default()
-            .build(&dir.path().join("driver"))
-            .unwrap();
-        let rootfs = RootfsSpec::default()
-            .build(&dir.path().join("rootfs"))
-            .unwrap();
-        std::fs::create_dir_all(rootfs.path.join("run/fake-proc")).unwrap();
-        let config = nvc_config_for(&fake, dir.path()).unwrap();
+        let TestSetup {
+            dir,
+            fake,
+            rootfs,
+            config,
+        } = TestSetup::new("containers need runc, device nodes and mounts");
         let rt = Runtime::nvc(&dir.path().join("state"), &config);
         World {
             dir,
@@ -53,21 +47,15 @@ impl World {
         }
     }
 
-    /// A bundle running `script` with `env`; the fake proc tree is at /run/fake-proc.
+    /// A bundle running `script` with `env` and the fake proc tree.
     fn bundle(&self, env: &[&str], script: &str) -> Bundle {
         self.n.set(self.n.get() + 1);
         let dir = self.dir.path().join(format!("bundle{}", self.n.get()));
-        let mut env: Vec<String> = env.iter().map(|s| s.to_string()).collect();
-        env.push("NVC_FAKE_PROC=/run/fake-proc".into());
         Bundle::new(&dir, &self.rootfs.path)
             .unwrap()
             .args(&["sh", "-c", script])
-            .env(&env)
-            .set(
-                "/mounts/-",
-                json!({"destination": "/run/fake-proc", "type": "bind",
-                       "source": self.fake.proc_root, "options": ["rbind", "ro"]}),
-            )
+            .env(env)
+            .with_fake_proc(&self.fake)
             .write()
             .unwrap()
     }
