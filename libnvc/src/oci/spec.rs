@@ -497,8 +497,9 @@ pub fn to_bytes(spec: &Value) -> Result<Vec<u8>, SpecError> {
 /// part; on error the temporary file is removed.
 ///
 /// A writer killed before its rename (SIGKILL runs no cleanup) leaves its temporary
-/// file behind: its name carries the writer's pid and start time, and the next write of
-/// the same file removes it (see [`remove_stale_temp_files`]).
+/// file behind: its name carries the writer's pid and start time, so that
+/// [`remove_stale_temp_files`] (which the runtime shim calls on every create, before it
+/// writes) can tell it from a running writer's and remove it.
 pub fn write_spec_atomic(path: &Path, spec: &Value) -> Result<(), SpecError> {
     write_atomic(path, &to_bytes(spec)?)
 }
@@ -612,15 +613,6 @@ fn split(path: &Path) -> Result<(&Path, &std::ffi::OsStr), SpecError> {
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SpecError> {
     let (dir, name) = split(path)?;
-    match remove_stale_temp_files(path) {
-        Ok(removed) => {
-            for temp in removed {
-                log::info!("removed {}, left by a killed writer", temp.display());
-            }
-        }
-        // Not worth failing for: the write below reports a folder it cannot change.
-        Err(e) => log::warn!("{}", crate::edits::error_chain(&e)),
-    }
     let (mode, owner) = match fs::metadata(path) {
         Ok(m) => (m.mode() & 0o7777, Some((m.uid(), m.gid()))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => (0o644, None),
@@ -1136,7 +1128,7 @@ mod tests {
         assert_eq!(removed, vec![dead.clone()]);
         assert!(!dead.exists() && live.exists() && other.exists());
 
-        // A real write removes what dead processes left, and keeps a live writer's file.
+        // With the real process table: what dead processes left goes, a live writer's stays.
         let me = Writer::current().unwrap();
         let mine = dir.path().join(format!(
             ".config.json.{}-{}.0123456789abcdef.nvc-tmp",
@@ -1148,9 +1140,12 @@ mod tests {
             .path()
             .join(".config.json.99999999-1.0123456789abcdef.nvc-tmp");
         fs::write(&gone, "{").unwrap();
-        write_spec_atomic(&path, &json!({"a": 1})).unwrap();
+        let removed = remove_stale_temp_files(&path).unwrap();
+        assert!(
+            removed.contains(&gone) && !removed.contains(&mine),
+            "{removed:?}"
+        );
         assert!(!gone.exists());
         assert!(mine.exists());
-        assert_eq!(read_spec(&path).unwrap(), json!({"a": 1}));
     }
 }
