@@ -18,6 +18,9 @@ const MAX_STATE: u64 = spec::MAX_SPEC_SIZE + (64 << 10);
 /// Why the hook failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HookError {
+    /// The deadline could not be set.
+    #[error("cannot set the hook's deadline")]
+    Deadline(#[source] std::io::Error),
     /// Called with an unknown mode.
     #[error("unknown hook mode {0:?}: run as `nvc-hook prestart` (or createRuntime) from an OCI runtime")]
     Usage(String),
@@ -70,6 +73,17 @@ struct State {
 pub fn run() -> Result<(), HookError> {
     let (config, _) = Config::load_from_env()?;
     libnvc::logging::init(&config.log, "nvc-hook");
+    // First, before anything the container controls is read: nothing may hold the start.
+    let seconds = config.hook.timeout;
+    nvc_sys::deadline::arm(
+        seconds,
+        &format!(
+            "nvc-hook: gave up after {seconds} s: setting the container up took too long \
+             (something it points nvc at may block); the container is not started \
+             ([hook] timeout in the nvc config)"
+        ),
+    )
+    .map_err(HookError::Deadline)?;
 
     let mut raw = Vec::new();
     std::io::stdin()
@@ -104,6 +118,7 @@ pub fn run() -> Result<(), HookError> {
         spec_devices: view.devices.iter().map(|(p, _, _)| p.clone()).collect(),
         update_ldcache: config.ldconfig.update,
         device_cgroup: Some(libnvc::devcgroup::DeviceCgroup::from_spec(&spec)?),
+        readonly: view.readonly,
     };
     apply::apply(&driver, &request, &target)?;
     Ok(())

@@ -4,15 +4,21 @@
 //!
 //! Every source is opened in the host's mount namespace first; then the process enters
 //! the container's mount namespace and acts only through [`ContainerRoot`], which
-//! resolves every container path inside the rootfs. No path from the image is ever a
-//! mount source, and nothing from the image is executed.
+//! resolves every container path inside the rootfs and on the rootfs's own mount (never in
+//! a volume, `/proc`, `/sys` or a tmpfs), but for the device nodes on the runtime's `/dev`
+//! tmpfs and the mask on its `/proc`, reached as submounts checked to be those. No path
+//! from the image is ever a mount source, every mount is private before it is attached,
+//! and nothing from the image is executed. A read-only rootfs (`root.readonly`) gets no
+//! written file or link: only the empty mount points the runtime itself would make for the
+//! same mounts in the spec. Its soname names are mounts of the library file, and the new
+//! ld.so.cache is mounted over the image's.
 
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use log::{debug, info, warn};
-use nvc_sys::container::{self, ContainerRoot, DetachedMount, FsError, MountAttrs};
+use nvc_sys::container::{self, ContainerRoot, DetachedMount, Filesystem, FsError, MountAttrs};
 
 use crate::devcgroup::{self, CharDevice, DeviceCgroup};
 use crate::discover::{Driver, LibClass};
@@ -36,6 +42,8 @@ pub struct Target {
     /// The container's device cgroup, extended for the nodes bound in because the spec
     /// lacks them; `None` leaves it alone.
     pub device_cgroup: Option<DeviceCgroup>,
+    /// `root.readonly`: nothing may be created in the rootfs.
+    pub readonly: bool,
 }
 
 /// Why the container could not be set up.
@@ -88,6 +96,7 @@ pub fn apply(
     request: &Request,
     target: &Target,
 ) -> Result<ContainerEdits, ApplyError> {
+    container::refuse_host_root(&target.rootfs)?;
     // Phase 1, host namespace: every source, as a detached mount. The host paths do not
     // depend on the container's layout, so the default layout is enough here.
     let planned = edits::compute(driver, request, &ContainerLayout::default())?;
@@ -142,7 +151,10 @@ pub fn apply(
 
     // Phase 2, the container's mount namespace.
     container::enter_mount_namespace(target.pid)?;
-    let root = ContainerRoot::open(&target.rootfs)?;
+    let mut root = ContainerRoot::open(&target.rootfs)?;
+    if target.readonly {
+        root.set_read_only();
+    }
     let layout = detect_layout(&root);
     let edits = edits::compute(driver, request, &layout)?;
     debug!(
@@ -160,17 +172,34 @@ pub fn apply(
             MountKind::Directory => root.dir_mount_point(&m.container_path, 0o755)?,
             _ => root.file_mount_point(&m.container_path, 0o644)?,
         };
-        src.attach(&point)?;
+        root.attach(src, &point, &m.container_path)?;
     }
-    for (node, src) in node_sources {
-        let point = root.device_mount_point(&node.path, node.major, node.minor)?;
-        src.attach(&point)?;
+    if !node_sources.is_empty() {
+        // The runtime's /dev tmpfs (or the rootfs's own /dev without one).
+        let dev = root.submount(Path::new("/dev"), Filesystem::Tmpfs)?;
+        for (node, src) in node_sources {
+            let (on, path) = match (&dev, node.path.strip_prefix("/dev")) {
+                (Some(dev), Ok(rest)) => (dev, Path::new("/").join(rest)),
+                _ => (&root, node.path.clone()),
+            };
+            let point = on.device_mount_point(&path, node.major, node.minor)?;
+            on.attach(src, &point, &path)?;
+        }
     }
     if let Some(grant) = device_grant {
         grant.apply()?;
     }
-    for link in &edits.symlinks {
-        root.symlink(&link.link, &link.target)?;
+    if root.is_read_only() {
+        // No link is written: each name is a mount of the file it would lead to.
+        for (link, host) in link_sources(&edits) {
+            let src = DetachedMount::bind(&host, attrs_for(MountKind::Library))?;
+            let point = root.file_mount_point(&link, 0o644)?;
+            root.attach(src, &point, &link)?;
+        }
+    } else {
+        for link in &edits.symlinks {
+            root.symlink(&link.link, &link.target)?;
+        }
     }
     if let Some(mask) = proc_mask {
         mask.apply(&root)?;
@@ -186,6 +215,30 @@ pub fn apply(
         edits.symlinks.len()
     );
     Ok(edits)
+}
+
+/// For each link of `edits` that leads (through other links in its folder) to a file
+/// `edits` mounts, the link's path and that file's host path.
+fn link_sources(edits: &ContainerEdits) -> Vec<(PathBuf, PathBuf)> {
+    let mut out = Vec::new();
+    for link in &edits.symlinks {
+        let Some(dir) = link.link.parent() else {
+            continue;
+        };
+        let mut name = link.target.clone();
+        for _ in 0..8 {
+            let path = dir.join(&name);
+            if let Some(m) = edits.mounts.iter().find(|m| m.container_path == path) {
+                out.push((link.link.clone(), m.host_path.clone()));
+                break;
+            }
+            match edits.symlinks.iter().find(|l| l.link == path) {
+                Some(next) => name = next.target.clone(),
+                None => break,
+            }
+        }
+    }
+    out
 }
 
 /// The replacement for the container's `/proc/driver/nvidia`: a read-only tmpfs with
@@ -240,10 +293,14 @@ impl ProcMask {
         Ok(Some(ProcMask { files, gpus }))
     }
 
-    /// Mounts the mask over the container's `/proc/driver/nvidia`, when it has one.
+    /// Mounts the mask over the container's `/proc/driver/nvidia`, when it has one: on the
+    /// runtime's procfs, checked to be one.
     fn apply(self, root: &ContainerRoot) -> Result<(), ApplyError> {
-        let target = Path::new("/proc/driver/nvidia");
-        if !root.is_dir(target) {
+        let Some(proc) = root.submount(Path::new("/proc"), Filesystem::Procfs)? else {
+            return Ok(());
+        };
+        let target = Path::new("/driver/nvidia");
+        if !proc.is_dir(target) {
             return Ok(());
         }
         let tmpfs = DetachedMount::tmpfs(1 << 20, 0o555)?;
@@ -262,11 +319,19 @@ impl ProcMask {
             nodev: true,
             noexec: true,
         })?;
-        let point = root.dir_mount_point(target, 0o555)?;
-        tmpfs.attach(&point)?;
+        let point = proc.dir_mount_point(target, 0o555)?;
+        proc.attach(tmpfs, &point, target)?;
+        if self.gpus.is_empty() {
+            return Ok(());
+        }
+        // The GPU folders go onto the mask's own (private) tmpfs.
+        let Some(mask) = proc.submount(target, Filesystem::Tmpfs)? else {
+            return Ok(());
+        };
         for (bus, src) in self.gpus {
-            let point = root.dir_mount_point(&target.join("gpus").join(&bus), 0o555)?;
-            src.attach(&point)?;
+            let path = Path::new("/gpus").join(&bus);
+            let point = mask.dir_mount_point(&path, 0o555)?;
+            mask.attach(src, &point, &path)?;
         }
         Ok(())
     }
@@ -286,6 +351,9 @@ const MAX_CACHE: usize = 16 << 20;
 /// Writes the container's `/etc/ld.so.cache` natively: the forward-compatible CUDA
 /// libraries of `/usr/local/cuda/compat` when they are newer than the host driver, then
 /// the injected libraries, then the image's own entries. Nothing of the image is run.
+///
+/// In a read-only rootfs the new cache is mounted over `/etc/ld.so.cache` (an empty
+/// mount point where the image has none) rather than written.
 fn update_ldcache(
     root: &ContainerRoot,
     driver: &Driver,
@@ -340,8 +408,23 @@ fn update_ldcache(
         Err(e) => debug!("no usable /etc/ld.so.cache in the image: {e}"),
     }
     let bytes = ldcache::write(&entries).map_err(ApplyError::LdCache)?;
+    let cache = Path::new("/etc/ld.so.cache");
+    if root.is_read_only() {
+        let point = match root.file_mount_point(cache, 0o644) {
+            Ok(point) => point,
+            // A link there is never followed nor replaced: the image keeps its cache.
+            Err(e @ FsError::WrongType { .. }) => {
+                info!("the ld.so.cache is left as it is: {e}");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let file = DetachedMount::file(&bytes, 0o644, "the container's new ld.so.cache")?;
+        root.attach(file, &point, cache)?;
+        return Ok(());
+    }
     root.mkdir_all(Path::new("/etc"), 0o755)?;
-    root.write_file(Path::new("/etc/ld.so.cache"), &bytes, 0o644)?;
+    root.write_file(cache, &bytes, 0o644)?;
     Ok(())
 }
 

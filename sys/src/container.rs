@@ -46,6 +46,7 @@ use rustix::io::Errno;
 pub use mount::{
     check_char_device, enter_mount_namespace, mkdir_at, write_at, DetachedMount, MountAttrs,
 };
+pub use walk::mount_id;
 
 /// The most symbolic links one resolution follows, as the kernel's `MAXSYMLINKS`.
 const MAX_LINKS: u32 = 40;
@@ -264,6 +265,72 @@ pub enum FsError {
         #[source]
         source: io::Error,
     },
+    /// The path leaves the container's root filesystem: a component of it, or a symbolic
+    /// link on it, is on another mount (a volume, `/proc`, `/sys`, `/dev`, a tmpfs), where
+    /// nvc never reads, writes nor mounts.
+    #[error("cannot {op} {path} in {root}: {at} is on another mount ({fs}), not the container's root filesystem; nvc reads, writes and mounts only on the image's own filesystem, never in a volume, /proc, /sys, /dev or a tmpfs")]
+    OtherMount {
+        /// What was being done.
+        op: &'static str,
+        /// The path as seen inside the container.
+        path: PathBuf,
+        /// The container's root filesystem on the host.
+        root: PathBuf,
+        /// Where the path leaves the root's mount, with the link that leads there if any.
+        at: String,
+        /// The file system there.
+        fs: &'static str,
+    },
+    /// A folder nvc mounts into on purpose (`/dev`, `/proc`) is not the mount the runtime
+    /// makes there.
+    #[error(
+        "cannot use {path} in {root}: it is {found}, not {expected} as the runtime mounts it there"
+    )]
+    WrongMount {
+        /// The folder, as seen inside the container.
+        path: PathBuf,
+        /// The container's root filesystem on the host.
+        root: PathBuf,
+        /// What is mounted there.
+        found: String,
+        /// What should be.
+        expected: &'static str,
+    },
+    /// The mount a mount would be attached under is shared: the mount would propagate to
+    /// its peers, the host's mount table among them, and outlive the container.
+    #[error("cannot mount onto {path} in {root}: it is on a shared mount (mount {mount}), so the mount would propagate out of the container; make the container's root filesystem (and /dev, /proc) private or slave mounts")]
+    SharedMount {
+        /// The mount point, as seen inside the container.
+        path: PathBuf,
+        /// The container's root filesystem on the host.
+        root: PathBuf,
+        /// The mount's id, as in `/proc/self/mountinfo`.
+        mount: u64,
+    },
+    /// The root is read-only (`root.readonly` of the spec) and the operation would write
+    /// content.
+    #[error("cannot {op} {path} in {root}: the container's root filesystem is read-only (root.readonly): nvc adds only empty mount points to it, as the runtime does for the spec's own mounts, and writes no file or link")]
+    ReadOnly {
+        /// What was being done.
+        op: &'static str,
+        /// The path as seen inside the container.
+        path: PathBuf,
+        /// The container's root filesystem on the host.
+        root: PathBuf,
+    },
+    /// The container's root filesystem is the host's (or the namespace's) root directory.
+    #[error("the container's root filesystem {path} is the host's root directory: nvc will not set up a container there (check root.path in the bundle's config.json)")]
+    HostRoot {
+        /// The rootfs path.
+        path: PathBuf,
+    },
+    /// The process named as the container's is in the caller's own mount namespace: it is
+    /// no container's process.
+    #[error("process {pid} of the container state is in the hook's own mount namespace, so it is not a container's process (a forged or stale state): nothing was done")]
+    OwnNamespace {
+        /// The process.
+        pid: i32,
+    },
     /// The process whose mount namespace was to be entered is gone.
     #[error(
         "the container's process {pid} exited before its mount namespace could be entered \
@@ -378,11 +445,38 @@ impl Resolver {
 ///
 /// Open it *after* [`enter_mount_namespace`]: a mount point resolved in one mount namespace
 /// cannot take a mount in another.
+///
+/// Everything it resolves, reads, creates or mounts onto stays on the mount the root is
+/// on: a path that crosses onto another mount (a volume the spec mounts, `/proc`, `/sys`,
+/// `/dev`, a tmpfs), by a mount point on the way or a symbolic link that leads there, is
+/// refused with [`FsError::OtherMount`]. The mounts nvc does mean to work in (the
+/// runtime's `/dev` and `/proc`) are reached through [`ContainerRoot::submount`], which
+/// checks they are what the runtime mounts there.
 #[derive(Debug)]
 pub struct ContainerRoot {
     fd: OwnedFd,
     resolver: Resolver,
     path: PathBuf,
+    /// The mount everything must be on: the root's.
+    mount: u64,
+    /// Where this root is as seen inside the container: `/`, or the folder of a
+    /// [`ContainerRoot::submount`]. Paths given to a submount's methods are relative to
+    /// it; messages name them as seen inside the container.
+    prefix: PathBuf,
+    /// Nothing may be created: `root.readonly`.
+    read_only: bool,
+    /// Whether the root's mount was checked not to be shared, once a mount is attached.
+    checked_private: std::cell::OnceCell<()>,
+}
+
+/// The file systems the runtime mounts at the folders nvc mounts into on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filesystem {
+    /// A tmpfs, as runc, crun and every engine mount at `/dev`; the root's own folder is
+    /// accepted too (a spec without a `/dev` mount).
+    Tmpfs,
+    /// A procfs, as the runtime mounts at `/proc`.
+    Procfs,
 }
 
 impl ContainerRoot {
@@ -392,23 +486,131 @@ impl ContainerRoot {
         Self::open_with(rootfs, Resolver::detect())
     }
 
-    /// Opens the rootfs at `rootfs` with the given resolver.
+    /// Opens the rootfs at `rootfs` with the given resolver. A rootfs that is the root
+    /// directory of the caller (the host's, or the mount namespace's it entered) is
+    /// refused: [`FsError::HostRoot`].
     pub fn open_with(rootfs: &Path, resolver: Resolver) -> Result<Self, FsError> {
+        let host = |op: &'static str| {
+            let path = rootfs.to_path_buf();
+            move |e: Errno| FsError::Host {
+                op,
+                path,
+                source: e.into(),
+            }
+        };
         let fd = rustix::fs::open(
             rootfs,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(|e| FsError::Host {
-            op: "open container root",
-            path: rootfs.to_path_buf(),
-            source: e.into(),
-        })?;
+        .map_err(host("open container root"))?;
+        refuse_root_dir(&fd, rootfs)?;
+        let mount = walk::mount_id(fd.as_fd()).map_err(host("find the mount of"))?;
         Ok(ContainerRoot {
             fd,
             resolver,
             path: rootfs.to_path_buf(),
+            mount,
+            prefix: PathBuf::from("/"),
+            read_only: false,
+            checked_private: std::cell::OnceCell::new(),
         })
+    }
+
+    /// Makes this root read-only for nvc (`root.readonly`): every operation that writes
+    /// content (a file's data, a symbolic link) fails with [`FsError::ReadOnly`]. Empty
+    /// mount points, files and folders, are still made where missing, as the runtime
+    /// makes them for the spec's own mounts in a read-only rootfs.
+    pub fn set_read_only(&mut self) {
+        self.read_only = true;
+    }
+
+    /// Whether nvc may create nothing here.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The folder `path` (a direct child of this root, e.g. `/dev` or `/proc`), where the
+    /// runtime mounts `fs`, as a root of its own: paths given to the returned root's
+    /// methods are relative to `path` (`/nvidia0` for `/dev/nvidia0`) and stay on the mount
+    /// found there. `path` must resolve inside this root without crossing a mount but for
+    /// its last component, which must be the root of a mount of `fs`, or, for
+    /// [`Filesystem::Tmpfs`], this root's own folder (then read-only as this root is).
+    /// `None` when nothing is mounted there for [`Filesystem::Procfs`]: the image's own
+    /// folder is no runtime's procfs.
+    pub fn submount(&self, path: &Path, fs: Filesystem) -> Result<Option<ContainerRoot>, FsError> {
+        const OP: &str = "open";
+        let (dir, name) = self.existing_parent(OP, path)?;
+        let fd = rustix::fs::openat(
+            &dir,
+            &name,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            Errno::NOTDIR | Errno::LOOP => self.wrong_type(OP, path, FileKind::Symlink),
+            e => self.err(OP, path, e),
+        })?;
+        let mount = walk::mount_id(fd.as_fd()).map_err(|e| self.err(OP, path, e))?;
+        let magic = rustix::fs::fstatfs(&fd)
+            .map_err(|e| self.err(OP, path, e))?
+            .f_type;
+        let expected = match fs {
+            Filesystem::Tmpfs => "a tmpfs",
+            Filesystem::Procfs => "a procfs",
+        };
+        let on_root = mount == self.mount;
+        let fits = match fs {
+            Filesystem::Tmpfs => on_root || magic as i64 == libc::TMPFS_MAGIC as i64,
+            Filesystem::Procfs if on_root => return Ok(None),
+            Filesystem::Procfs => magic as i64 == rustix::fs::PROC_SUPER_MAGIC as i64,
+        };
+        if !fits {
+            return Err(FsError::WrongMount {
+                path: self.shown(path),
+                root: self.path.clone(),
+                found: format!("a mount of {}", fs_name(magic as i64)),
+                expected,
+            });
+        }
+        Ok(Some(ContainerRoot {
+            fd,
+            resolver: self.resolver,
+            path: self.path.clone(),
+            mount,
+            prefix: self.shown(path),
+            read_only: self.read_only && on_root,
+            checked_private: std::cell::OnceCell::new(),
+        }))
+    }
+
+    /// Attaches `mount` onto `point`, a mount point this root made or found (with
+    /// [`ContainerRoot::file_mount_point`] and friends). The point must be on this root's
+    /// mount, and that mount must not be shared: a mount attached under a shared mount
+    /// propagates to its peers (the host's mount table among them) and outlives the
+    /// container. `path` names the point in messages.
+    pub fn attach(
+        &self,
+        mount: DetachedMount,
+        point: &OwnedFd,
+        path: &Path,
+    ) -> Result<(), FsError> {
+        const OP: &str = "mount onto";
+        let on = walk::mount_id(point.as_fd()).map_err(|e| self.err(OP, path, e))?;
+        if on != self.mount {
+            return Err(self.other_mount(OP, path));
+        }
+        if self.checked_private.get().is_none() {
+            if is_shared(self.mount).map_err(|e| self.err(OP, path, e))? {
+                return Err(FsError::SharedMount {
+                    path: self.shown(path),
+                    root: self.path.clone(),
+                    mount: self.mount,
+                });
+            }
+            let _ = self.checked_private.set(());
+        }
+        mount.attach(point)
     }
 
     /// The rootfs on the host, for messages.
@@ -422,7 +624,8 @@ impl ContainerRoot {
     }
 
     /// An `O_PATH` fd of `path` (absolute, as seen from inside the container), following
-    /// symbolic links inside the root, or [`FsError::NotFound`].
+    /// symbolic links inside the root and on its mount, or [`FsError::NotFound`] (or
+    /// [`FsError::OtherMount`]).
     pub fn resolve(&self, path: &Path) -> Result<OwnedFd, FsError> {
         const OP: &str = "resolve";
         self.check_absolute(OP, path)?;
@@ -439,7 +642,8 @@ impl ContainerRoot {
         self.kind(path) == Some(FileKind::RegularFile)
     }
 
-    fn kind(&self, path: &Path) -> Option<FileKind> {
+    /// What `path` resolves to inside the root (on its mount), if anything.
+    pub fn kind(&self, path: &Path) -> Option<FileKind> {
         let fd = self.resolve(path).ok()?;
         rustix::fs::fstat(&fd).ok().map(|st| FileKind::of(&st))
     }
@@ -619,6 +823,9 @@ impl ContainerRoot {
     /// fifo, a device) is an error; an existing link with the same target is left alone.
     pub fn symlink(&self, link: &Path, target: &str) -> Result<(), FsError> {
         const OP: &str = "create symbolic link";
+        if self.read_only {
+            return Err(self.read_only_err(OP, link));
+        }
         let (dir, name) = self.parent_of(OP, link)?;
         match self.existing(OP, link, &dir, &name)? {
             Some((fd, FileKind::Symlink)) => {
@@ -643,6 +850,9 @@ impl ContainerRoot {
     /// (it may be a hard link to a file elsewhere); anything else is an error.
     pub fn write_file(&self, path: &Path, data: &[u8], mode: u32) -> Result<(), FsError> {
         const OP: &str = "write";
+        if self.read_only {
+            return Err(self.read_only_err(OP, path));
+        }
         let (dir, name) = self.parent_of(OP, path)?;
         match self.existing(OP, path, &dir, &name)? {
             Some((_, FileKind::RegularFile | FileKind::Symlink)) | None => {}
@@ -665,7 +875,7 @@ impl ContainerRoot {
             let _ = rustix::fs::unlinkat(&dir, &tmp, rustix::fs::AtFlags::empty());
             return Err(FsError::Io {
                 op: OP,
-                path: path.to_path_buf(),
+                path: self.shown(path),
                 root: self.path.clone(),
                 source,
             });
@@ -683,11 +893,14 @@ impl ContainerRoot {
         // An O_PATH fd cannot be read; reopen the very inode it holds through procfs (the
         // host's /proc: never a path inside the root), so a file swapped in after the
         // check above is never opened.
-        let file = reopen(&fd, OFlags::RDONLY | OFlags::NOCTTY | OFlags::CLOEXEC).map_err(|e| {
+        // O_NONBLOCK: a regular file never blocks, and this one is checked to be one; the
+        // flag makes sure of it should anything else ever get here.
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let file = reopen(&fd, flags).map_err(|e| {
             // Not NotFound even for ENOENT: the file exists, /proc/self/fd may not.
             FsError::Io {
                 op: OP,
-                path: path.to_path_buf(),
+                path: self.shown(path),
                 root: self.path.clone(),
                 source: e.into(),
             }
@@ -702,13 +915,13 @@ impl ContainerRoot {
             .read_to_end(&mut data)
             .map_err(|source| FsError::Io {
                 op: OP,
-                path: path.to_path_buf(),
+                path: self.shown(path),
                 root: self.path.clone(),
                 source,
             })?;
         if data.len() > max {
             return Err(FsError::TooLarge {
-                path: path.to_path_buf(),
+                path: self.shown(path),
                 root: self.path.clone(),
                 max,
             });
@@ -741,7 +954,7 @@ impl ContainerRoot {
             }
             if names.len() == max {
                 return Err(FsError::TooManyEntries {
-                    path: dir.to_path_buf(),
+                    path: self.shown(dir),
                     root: self.path.clone(),
                     max,
                 });
@@ -758,10 +971,107 @@ impl ContainerRoot {
 
     /// Resolves `path` with this root's resolver; `follow_final` says whether a symbolic
     /// link at the last component is followed or returned itself.
+    /// Fails with `EXDEV` where the path leaves the root's mount.
     fn lookup(&self, path: &Path, follow_final: bool) -> Result<OwnedFd, Errno> {
         match self.resolver {
-            Resolver::Openat2 => walk::openat2_in_root(self.fd.as_fd(), path, follow_final),
-            Resolver::FdWalk => walk::fd_walk_in_root(self.fd.as_fd(), path, follow_final),
+            Resolver::Openat2 => walk::openat2_in_root(self.fd.as_fd(), path, follow_final, false),
+            Resolver::FdWalk => {
+                walk::fd_walk_in_root(self.fd.as_fd(), path, follow_final, Some(self.mount))
+            }
+        }
+    }
+
+    /// [`ContainerRoot::lookup`] that may cross mounts: only to explain a failure, never
+    /// to act on what it finds (an `O_PATH` fd opens nothing, so it cannot block).
+    fn lookup_across(&self, path: &Path, follow_final: bool) -> Result<OwnedFd, Errno> {
+        match self.resolver {
+            Resolver::Openat2 => walk::openat2_in_root(self.fd.as_fd(), path, follow_final, true),
+            Resolver::FdWalk => walk::fd_walk_in_root(self.fd.as_fd(), path, follow_final, None),
+        }
+    }
+
+    /// `path` as seen inside the container: this root's prefix joined with it.
+    fn shown(&self, path: &Path) -> PathBuf {
+        if self.prefix == Path::new("/") {
+            return path.to_path_buf();
+        }
+        let rest = path.strip_prefix("/").unwrap_or(path);
+        if rest.as_os_str().is_empty() {
+            self.prefix.clone()
+        } else {
+            self.prefix.join(rest)
+        }
+    }
+
+    /// The parent directory of `path`, which must exist (nothing is created), and the
+    /// final name.
+    fn existing_parent(
+        &self,
+        op: &'static str,
+        path: &Path,
+    ) -> Result<(OwnedFd, OsString), FsError> {
+        self.check_absolute(op, path)?;
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(FsError::InvalidPath {
+                op,
+                path: self.shown(path),
+                root: self.path.clone(),
+                reason: "it does not end in a file name",
+            });
+        };
+        let dir = self
+            .lookup(parent, true)
+            .map_err(|e| self.err(op, parent, e))?;
+        self.expect_kind(op, parent, &dir, FileKind::Directory)?;
+        Ok((dir, name.to_os_string()))
+    }
+
+    fn read_only_err(&self, op: &'static str, path: &Path) -> FsError {
+        FsError::ReadOnly {
+            op,
+            path: self.shown(path),
+            root: self.path.clone(),
+        }
+    }
+
+    /// Says where `path` leaves the root's mount: the first of its prefixes (links
+    /// followed inside the root) that is on another mount, and the link that leads there.
+    fn other_mount(&self, op: &'static str, path: &Path) -> FsError {
+        let mut prefix = PathBuf::from("/");
+        let mut at = self.shown(path).display().to_string();
+        let mut fs = "another file system";
+        for component in path.components() {
+            match component {
+                Component::Normal(_) | Component::ParentDir => prefix.push(component),
+                _ => continue,
+            }
+            let Ok(fd) = self.lookup_across(&prefix, true) else {
+                break;
+            };
+            if walk::mount_id(fd.as_fd()).is_ok_and(|id| id == self.mount) {
+                continue;
+            }
+            at = self.shown(&prefix).display().to_string();
+            if let Ok(link) = self.lookup_across(&prefix, false) {
+                if let Ok(target) = rustix::fs::readlinkat(&link, "", Vec::new()) {
+                    let target = OsStr::from_bytes(target.as_bytes());
+                    at = format!(
+                        "{at} (a symbolic link to {})",
+                        bounded(&Path::new(target).display().to_string())
+                    );
+                }
+            }
+            if let Ok(st) = rustix::fs::fstatfs(&fd) {
+                fs = fs_name(st.f_type as i64);
+            }
+            break;
+        }
+        FsError::OtherMount {
+            op,
+            path: self.shown(path),
+            root: self.path.clone(),
+            at,
+            fs,
         }
     }
 
@@ -771,7 +1081,7 @@ impl ContainerRoot {
         } else {
             Err(FsError::InvalidPath {
                 op,
-                path: path.to_path_buf(),
+                path: self.shown(path),
                 root: self.path.clone(),
                 reason: "it is not an absolute path",
             })
@@ -784,7 +1094,7 @@ impl ContainerRoot {
         self.check_absolute(op, path)?;
         let invalid = |reason| FsError::InvalidPath {
             op,
-            path: path.to_path_buf(),
+            path: self.shown(path),
             root: self.path.clone(),
             reason,
         };
@@ -815,6 +1125,11 @@ impl ContainerRoot {
         let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match rustix::fs::openat(dir, name, flags, Mode::empty()) {
             Ok(fd) => {
+                // A mount point (a volume, a file the spec binds) is another mount's.
+                let mount = walk::mount_id(fd.as_fd()).map_err(|e| self.err(op, path, e))?;
+                if mount != self.mount {
+                    return Err(self.other_mount(op, path));
+                }
                 let st = rustix::fs::fstat(&fd).map_err(|e| self.err(op, path, e))?;
                 Ok(Some((fd, FileKind::of(&st))))
             }
@@ -878,7 +1193,7 @@ impl ContainerRoot {
     }
 
     fn err(&self, op: &'static str, path: &Path, e: Errno) -> FsError {
-        if e == Errno::NOENT || e == Errno::LOOP {
+        if e == Errno::NOENT || e == Errno::LOOP || e == Errno::XDEV {
             if let Some((link, target, why)) = self.broken_link(path) {
                 let (root, path) = (self.path.clone(), path.to_path_buf());
                 return if why == Errno::NOENT {
@@ -900,16 +1215,18 @@ impl ContainerRoot {
                 };
             }
         }
-        if e == Errno::NOENT {
+        if e == Errno::XDEV {
+            self.other_mount(op, path)
+        } else if e == Errno::NOENT {
             FsError::NotFound {
                 op,
-                path: path.to_path_buf(),
+                path: self.shown(path),
                 root: self.path.clone(),
             }
         } else {
             FsError::Io {
                 op,
-                path: path.to_path_buf(),
+                path: self.shown(path),
                 root: self.path.clone(),
                 source: e.into(),
             }
@@ -935,14 +1252,16 @@ impl ContainerRoot {
             if FileKind::of(&st) != FileKind::Symlink {
                 continue;
             }
-            let why = match self.lookup(&prefix, true) {
+            // Across mounts: a link to another mount is followable, only not here, which
+            // `other_mount` says; a magic link (which crosses one too) is not.
+            let why = match self.lookup_across(&prefix, true) {
                 Ok(_) => continue,
                 Err(why @ (Errno::NOENT | Errno::LOOP)) => why,
                 Err(_) => return None,
             };
             let target = rustix::fs::readlinkat(&fd, "", Vec::new()).ok()?;
-            let target = PathBuf::from(OsStr::from_bytes(target.as_bytes()));
-            return Some((prefix, target, why));
+            let target = bounded(&OsStr::from_bytes(target.as_bytes()).to_string_lossy());
+            return Some((self.shown(&prefix), PathBuf::from(target), why));
         }
         None
     }
@@ -950,7 +1269,7 @@ impl ContainerRoot {
     fn wrong_type(&self, op: &'static str, path: &Path, found: FileKind) -> FsError {
         FsError::WrongType {
             op,
-            path: path.to_path_buf(),
+            path: self.shown(path),
             root: self.path.clone(),
             found,
         }
@@ -959,10 +1278,113 @@ impl ContainerRoot {
     fn raced(&self, op: &'static str, path: &Path) -> FsError {
         FsError::Raced {
             op,
-            path: path.to_path_buf(),
+            path: self.shown(path),
             root: self.path.clone(),
         }
     }
+}
+
+/// The longest link target quoted in a message, in bytes: a target is the image's text.
+const MAX_QUOTED: usize = 256;
+
+/// `text` cut to [`MAX_QUOTED`] bytes, saying how long it was.
+fn bounded(text: &str) -> String {
+    if text.len() <= MAX_QUOTED {
+        return text.to_string();
+    }
+    let mut end = MAX_QUOTED;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &text[..end], text.len())
+}
+
+/// A file system's name by its `statfs` magic, for messages.
+fn fs_name(magic: i64) -> &'static str {
+    const NAMES: &[(i64, &str)] = &[
+        (0x9fa0, "proc"),
+        (0x6265_6572, "sysfs"),
+        (0x0102_1994, "tmpfs"),
+        (0x1cd1, "devpts"),
+        (0x794c_7630, "overlay"),
+        (0xef53, "ext4"),
+        (0x5846_5342, "xfs"),
+        (0x9123_683e, "btrfs"),
+        (0x6367_7270, "cgroup2"),
+        (0x0027_e0eb, "cgroup"),
+        (0x6573_5546, "fuse"),
+        (0x7363_6673, "securityfs"),
+        (0x6462_6720, "debugfs"),
+        (0x5346_544e, "ntfs"),
+        (0x6969, "nfs"),
+        (0x0102_1997, "9p"),
+        (0x1957_4f4d, "mqueue"),
+        (0xcafe_4a11, "bpf"),
+    ];
+    NAMES
+        .iter()
+        .find(|(m, _)| *m == magic)
+        .map_or("another file system", |(_, name)| name)
+}
+
+/// Refuses `fd` (the rootfs at `path`) when it is the caller's root directory: the
+/// host's, or the mount namespace's entered, which before `pivot_root` is a copy of it.
+fn refuse_root_dir(fd: &OwnedFd, path: &Path) -> Result<(), FsError> {
+    let host = |e: Errno| FsError::Host {
+        op: "examine",
+        path: path.to_path_buf(),
+        source: e.into(),
+    };
+    let st = rustix::fs::fstat(fd).map_err(host)?;
+    let root = rustix::fs::stat("/").map_err(host)?;
+    if (st.st_dev, st.st_ino) == (root.st_dev, root.st_ino) {
+        return Err(FsError::HostRoot {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a rootfs that is the caller's root directory, before anything is done with
+/// it ([`FsError::HostRoot`]); [`ContainerRoot::open`] checks the same again where it is
+/// opened.
+pub fn refuse_host_root(rootfs: &Path) -> Result<(), FsError> {
+    let fd = rustix::fs::open(
+        rootfs,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| FsError::Host {
+        op: "open container root",
+        path: rootfs.to_path_buf(),
+        source: e.into(),
+    })?;
+    refuse_root_dir(&fd, rootfs)
+}
+
+/// The most of `/proc/thread-self/mountinfo` read: room for tens of thousands of mounts.
+const MAX_MOUNTINFO: u64 = 64 << 20;
+
+/// Whether the mount `id` of the caller's mount namespace is shared (has a peer group,
+/// `shared:N` in `/proc/thread-self/mountinfo`). A mount that is not listed is an error.
+fn is_shared(id: u64) -> Result<bool, Errno> {
+    let mut info = Vec::new();
+    std::fs::File::open("/proc/thread-self/mountinfo")
+        .and_then(|f| f.take(MAX_MOUNTINFO).read_to_end(&mut info))
+        .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+    let info = String::from_utf8_lossy(&info);
+    for line in info.lines() {
+        let mut fields = line.split(' ');
+        if fields.next().and_then(|f| f.parse::<u64>().ok()) != Some(id) {
+            continue;
+        }
+        // id parent major:minor root mount-point options [optional fields...] - fstype ...
+        return Ok(fields
+            .skip(5)
+            .take_while(|f| *f != "-")
+            .any(|f| f.starts_with("shared:")));
+    }
+    Err(Errno::NOENT)
 }
 
 /// Opens the inode an `O_PATH` fd holds, with `flags`, through the host's procfs.

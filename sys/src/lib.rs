@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 pub mod cgroup;
 pub mod container;
+pub mod deadline;
 
 /// Why a driver library could not answer.
 #[derive(Debug, thiserror::Error)]

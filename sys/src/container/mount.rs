@@ -54,13 +54,15 @@ struct MountAttr {
     userns_fd: u64,
 }
 
-/// `mount_setattr(fd, "", AT_EMPTY_PATH, {attr_set: attrs})` (Linux 5.12): works on a
-/// detached mount, which `mount(MS_REMOUNT)` cannot reach.
+/// `mount_setattr(fd, "", AT_EMPTY_PATH, {attr_set: attrs, propagation: MS_PRIVATE})`
+/// (Linux 5.12): works on a detached mount, which `mount(MS_REMOUNT)` cannot reach. Every
+/// mount nvc makes is private before it is attached: nothing mounted on it later, in the
+/// container, propagates to a peer such as the host mount it was cloned from.
 fn mount_setattr(fd: BorrowedFd<'_>, attrs: MountAttrs) -> Result<(), Errno> {
     let attr = MountAttr {
         attr_set: attrs.bits(),
         attr_clr: 0,
-        propagation: 0,
+        propagation: libc::MS_PRIVATE,
         userns_fd: 0,
     };
     // SAFETY: the path is a valid NUL-terminated empty string, `attr` is a valid
@@ -141,7 +143,42 @@ impl DetachedMount {
                 | MountAttrFlags::MOUNT_ATTR_NOEXEC,
         )
         .map_err(|e| fail("mount", e))?;
-        Ok(DetachedMount { fd, what })
+        let mount = DetachedMount { fd, what };
+        mount.set_attrs(MountAttrs::default())?;
+        Ok(mount)
+    }
+
+    /// A read-only, private mount of one file holding `data` with `mode`, on a tmpfs of its
+    /// own: to put a file nvc made over one that exists in the container without writing
+    /// into the container's file system. `what` names it in messages.
+    pub fn file(data: &[u8], mode: u32, what: &str) -> Result<Self, FsError> {
+        const NAME: &str = "file";
+        let size = (data.len() as u64 + 4095) / 4096 * 4096 + 4096;
+        let tmpfs = DetachedMount::tmpfs(size, 0o755)?;
+        write_at(tmpfs.dir_fd(), NAME, data, mode)?;
+        let ro = MountAttrs {
+            readonly: true,
+            nosuid: true,
+            nodev: true,
+            noexec: true,
+        };
+        tmpfs.set_attrs(ro)?;
+        let fd = rustix::mount::open_tree(
+            tmpfs.dir_fd(),
+            NAME,
+            OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+        )
+        .map_err(|e| FsError::Mount {
+            op: "clone a file of",
+            mount: tmpfs.what.clone(),
+            source: e.into(),
+        })?;
+        let mount = DetachedMount {
+            fd,
+            what: what.to_string(),
+        };
+        mount.set_attrs(ro)?;
+        Ok(mount)
     }
 
     /// The mount's root, to populate it or look inside it.
@@ -152,9 +189,6 @@ impl DetachedMount {
     /// Turns on `attrs` now (e.g. read-only once a tmpfs is populated). Fails with `EBUSY`
     /// while a file on the mount is open for writing.
     pub fn set_attrs(&self, attrs: MountAttrs) -> Result<(), FsError> {
-        if attrs == MountAttrs::default() {
-            return Ok(());
-        }
         mount_setattr(self.fd.as_fd(), attrs).map_err(|e| FsError::Mount {
             op: "set mount attributes of",
             mount: self.what.clone(),
@@ -167,7 +201,9 @@ impl DetachedMount {
     /// friends), with `move_mount(MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH)`: no
     /// path is looked up. The mount may have been made in another mount namespace (the
     /// host's, before [`enter_mount_namespace`]); `target` must be in the caller's current
-    /// one. A file goes onto a non-directory, a directory onto a directory.
+    /// one. A file goes onto a non-directory, a directory onto a directory. Prefer
+    /// [`ContainerRoot::attach`](super::ContainerRoot::attach), which checks the point is on
+    /// the root's mount and that mount is not shared.
     pub fn attach(self, target: &OwnedFd) -> Result<(), FsError> {
         rustix::mount::move_mount(
             self.fd.as_fd(),
@@ -258,6 +294,7 @@ pub fn enter_mount_namespace(pid: i32) -> Result<(), FsError> {
         pid,
         source: e.into(),
     };
+
     let process = rustix::process::Pid::from_raw(pid)
         .ok_or_else(|| fail("enter the mount namespace of", Errno::INVAL))?;
     let pidfd = rustix::process::pidfd_open(process, rustix::process::PidfdFlags::empty())
@@ -265,6 +302,19 @@ pub fn enter_mount_namespace(pid: i32) -> Result<(), FsError> {
             Errno::SRCH => FsError::ProcessGone { pid },
             e => fail("open a pidfd for", e),
         })?;
+    // A state whose pid is a host process (forged, or stale and reused) would have the
+    // driver mounted into the host's own mount namespace.
+    let own = namespace_of("/proc/thread-self/ns/mnt")
+        .map_err(|e| fail("find the mount namespace of", e))?;
+    let theirs = namespace_of(&format!("/proc/{pid}/ns/mnt")).map_err(|e| match e {
+        Errno::NOENT | Errno::SRCH => FsError::ProcessGone { pid },
+        e => fail("find the mount namespace of", e),
+    })?;
+    // The pidfd still names a live process, so the pid was not reused in between.
+    still_alive(&pidfd).map_err(|e| fail("check it is still the same", e))?;
+    if own == theirs {
+        return Err(FsError::OwnNamespace { pid });
+    }
     match rustix::thread::move_into_thread_name_spaces(
         pidfd.as_fd(),
         rustix::thread::ThreadNameSpaceType::MOUNT,
@@ -274,6 +324,32 @@ pub fn enter_mount_namespace(pid: i32) -> Result<(), FsError> {
         // A zombie: killed, not yet reaped by the runtime.
         Err(Errno::SRCH) => Err(FsError::ProcessGone { pid }),
         Err(e) => Err(fail("enter the mount namespace of", e)),
+    }
+}
+
+/// The device and inode of the mount namespace file at `path`.
+fn namespace_of(path: &str) -> Result<(u64, u64), Errno> {
+    let st = rustix::fs::stat(path)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// Whether the pidfd's process has not been reaped: `pidfd_send_signal(pidfd, 0)`.
+fn still_alive(pidfd: &OwnedFd) -> Result<(), Errno> {
+    // SAFETY: pidfd_send_signal(pidfd, 0, NULL, 0) sends nothing (signal 0 only checks)
+    // and takes no pointer but the NULL siginfo.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            0,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(Errno::from_io_error(&io::Error::last_os_error()).unwrap_or(Errno::SRCH))
     }
 }
 
@@ -292,21 +368,7 @@ fn enter_through_procfs(pid: i32, pidfd: &OwnedFd) -> Result<(), FsError> {
     .map_err(|e| fail("open the mount namespace of", e))?;
     // The namespace file was opened by pid; if the pidfd's process is still alive, the pid
     // was not reused in between, so it is that process's namespace.
-    // SAFETY: pidfd_send_signal(pidfd, 0, NULL, 0) sends nothing (signal 0 only checks)
-    // and takes no pointer but the NULL siginfo.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            0,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    if ret != 0 {
-        let e = Errno::from_io_error(&io::Error::last_os_error()).unwrap_or(Errno::SRCH);
-        return Err(fail("check it is still the same", e));
-    }
+    still_alive(pidfd).map_err(|e| fail("check it is still the same", e))?;
     rustix::thread::move_into_link_name_space(
         ns.as_fd(),
         Some(rustix::thread::LinkNameSpaceType::Mount),

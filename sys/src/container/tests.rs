@@ -489,10 +489,11 @@ fn magic_links_are_refused() {
                 "/proc/1/root/etc",
             ] {
                 // ELOOP for a magic link; EACCES where procfs denies reading the link
-                // first (pid 1's).
+                // first (pid 1's); and /proc is another mount than the root's anyway.
                 let err = root.resolve(Path::new(path)).unwrap_err();
                 assert!(
                     matches!(&err, FsError::UnfollowableLink { .. })
+                        || matches!(&err, FsError::OtherMount { .. })
                         || matches!(&err, FsError::Io { source, .. }
                             if source.raw_os_error() == Some(libc::EACCES)),
                     "{resolver:?} {path}: {err:?}"
@@ -507,13 +508,20 @@ fn magic_links_are_refused() {
                     if link == Path::new("/magic") && target == Path::new("/proc/self/root/etc")),
                 "{resolver:?}: {err:?}"
             );
-            // procfs's plain links are still followed.
-            let fd = root.resolve(Path::new("/proc/self/mountinfo")).unwrap();
+            // The procfs is another mount: only reached as a submount, where procfs's plain
+            // links are still followed.
+            let err = root.resolve(Path::new("/proc/self/mountinfo")).unwrap_err();
+            assert!(matches!(err, FsError::OtherMount { .. }), "{err:?}");
+            let proc = root
+                .submount(Path::new("/proc"), Filesystem::Procfs)
+                .unwrap()
+                .unwrap();
+            let fd = proc.resolve(Path::new("/self/mountinfo")).unwrap();
             assert!(
                 host_path_of(&fd).starts_with(rootfs.join("proc")),
                 "{resolver:?}"
             );
-            let mounts = root.read_file(Path::new("/proc/self/mountinfo"), 1 << 24);
+            let mounts = proc.read_file(Path::new("/self/mountinfo"), 1 << 24);
             // procfs files report size 0 but read fine.
             assert!(!mounts.unwrap().is_empty(), "{resolver:?}");
         }
@@ -1126,7 +1134,13 @@ fn bind_mounts_are_read_only_nosuid_nodev_before_they_are_attached() {
                 .device_mount_point(Path::new("/dev/nvidia0"), 1, 3)
                 .unwrap();
             null.attach(&target).unwrap();
-            let dev = root.resolve(Path::new("/dev/nvidia0")).unwrap();
+            // A mount point is another mount's: opened by its host path here.
+            let dev = rustix::fs::open(
+                rootfs.join("dev/nvidia0"),
+                OFlags::PATH | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
             check_char_device(dev.as_fd(), 1, 3).unwrap();
             std::fs::write(rootfs.join("dev/nvidia0"), "written to /dev/null").unwrap();
 
@@ -1661,19 +1675,28 @@ fn operations() -> Vec<Operation> {
         );
     }
     vec![
+        // Before it is mounted on: a mount point is another mount's.
+        (
+            "resolve nvidia-smi",
+            "/usr/bin/nvidia-smi",
+            |root, _| match root.resolve(Path::new("/usr/bin/nvidia-smi")) {
+                Err(e) if matches!(e, FsError::NotFound { .. }) => Ok(None),
+                other => other.map(Some),
+            },
+        ),
         ("bind libcuda", LIB, |root, sandbox| {
             let mount = DetachedMount::bind(
                 &sandbox.host.join("libcuda.so.999.88.77"),
                 ro_nosuid_nodev(),
             )?;
             let target = root.file_mount_point(Path::new(LIB), 0o644)?;
-            mount.attach(&target)?;
+            root.attach(mount, &target, Path::new(LIB))?;
             Ok(Some(target))
         }),
         ("bind nvidia-smi", "/usr/bin/nvidia-smi", |root, sandbox| {
             let mount = DetachedMount::bind(&sandbox.host.join("nvidia-smi"), ro_nosuid_nodev())?;
             let target = root.file_mount_point(Path::new("/usr/bin/nvidia-smi"), 0o755)?;
-            mount.attach(&target)?;
+            root.attach(mount, &target, Path::new("/usr/bin/nvidia-smi"))?;
             Ok(Some(target))
         }),
         (
@@ -1683,7 +1706,7 @@ fn operations() -> Vec<Operation> {
                 let mount = DetachedMount::bind(&sandbox.host.join("firmware"), ro_nosuid_nodev())?;
                 let target =
                     root.dir_mount_point(Path::new("/lib/firmware/nvidia/999.88.77"), 0o755)?;
-                mount.attach(&target)?;
+                root.attach(mount, &target, Path::new("/lib/firmware/nvidia/999.88.77"))?;
                 Ok(Some(target))
             },
         ),
@@ -1695,7 +1718,7 @@ fn operations() -> Vec<Operation> {
             };
             let mount = DetachedMount::bind(Path::new("/dev/null"), attrs)?;
             let target = root.device_mount_point(Path::new("/dev/nvidia0"), 1, 3)?;
-            mount.attach(&target)?;
+            root.attach(mount, &target, Path::new("/dev/nvidia0"))?;
             Ok(Some(target))
         }),
         (
@@ -1709,7 +1732,7 @@ fn operations() -> Vec<Operation> {
                     ..MountAttrs::default()
                 })?;
                 let target = root.dir_mount_point(Path::new("/proc/driver/nvidia"), 0o555)?;
-                mask.attach(&target)?;
+                root.attach(mask, &target, Path::new("/proc/driver/nvidia"))?;
                 Ok(Some(target))
             },
         ),
@@ -1763,9 +1786,6 @@ fn operations() -> Vec<Operation> {
             let path = Path::new("/usr/lib/x86_64-linux-gnu");
             let _ = (root.is_dir(path), root.is_file(path));
             Ok(Some(root.resolve(path)?))
-        }),
-        ("resolve nvidia-smi", "/usr/bin/nvidia-smi", |root, _| {
-            Ok(Some(root.resolve(Path::new("/usr/bin/nvidia-smi"))?))
         }),
     ]
 }
@@ -2083,5 +2103,415 @@ fn racing_directory_and_symlink_swaps_change_nothing_outside() {
                 "race {resolver:?}: {swaps} swaps, {succeeded} of {attempted} operations succeeded\n"
             ));
         }
+    });
+}
+
+// ---- the rootfs's own mount: nothing read, made or mounted on another --------------
+
+/// Mounts a tmpfs at `at` (in the child's private namespace).
+fn mount_tmpfs(at: &Path) {
+    std::fs::create_dir_all(at).unwrap();
+    rustix::mount::mount(
+        "tmpfs",
+        at,
+        "tmpfs",
+        MountFlags::empty(),
+        None::<&std::ffi::CStr>,
+    )
+    .unwrap();
+}
+
+#[track_caller]
+fn assert_other_mount(err: FsError, path: &str, at: &str) {
+    let text = err.to_string();
+    assert!(matches!(err, FsError::OtherMount { .. }), "{err:?}");
+    assert!(text.contains(path), "{text}");
+    assert!(text.contains(at), "{text}");
+    assert!(
+        text.contains("not the container's root filesystem"),
+        "{text}"
+    );
+}
+
+#[test]
+fn nothing_is_read_made_or_mounted_on_another_mount() {
+    let sandbox = Sandbox::new();
+    in_child("mounts volumes inside a rootfs", || {
+        for resolver in RESOLVERS {
+            let rootfs = sandbox.rootfs();
+            let volume = rootfs.join("data");
+            mount_tmpfs(&volume);
+            std::fs::write(volume.join("ld.so.cache"), MARKER).unwrap();
+            std::fs::create_dir(volume.join("fw")).unwrap();
+            let volume_before = std::fs::read_dir(&volume).unwrap().count();
+            // The image links its folders into the volume.
+            std::fs::remove_dir_all(rootfs.join("etc")).unwrap();
+            host_symlink("/data", rootfs.join("etc")).unwrap();
+            std::fs::remove_dir_all(rootfs.join("lib/firmware/nvidia")).unwrap();
+            host_symlink("../../data/fw", rootfs.join("lib/firmware/nvidia")).unwrap();
+            let root = ContainerRoot::open_with(&rootfs, resolver).unwrap();
+
+            let err = root
+                .read_file(Path::new("/etc/ld.so.cache"), 1 << 20)
+                .unwrap_err();
+            assert_other_mount(err, "/etc/ld.so.cache", "/etc (a symbolic link to /data)");
+            let err = root
+                .write_file(Path::new("/etc/ld.so.cache"), b"new", 0o644)
+                .unwrap_err();
+            assert_other_mount(err, "/etc", "tmpfs");
+            let err = root
+                .file_mount_point(Path::new("/lib/firmware/nvidia/gsp.bin"), 0o644)
+                .unwrap_err();
+            assert_other_mount(err, "/lib/firmware/nvidia", "../../data/fw");
+            let err = root
+                .dir_mount_point(Path::new("/data/x"), 0o755)
+                .unwrap_err();
+            assert_other_mount(err, "/data", "/data");
+            // The mount point itself, and whatever is below it.
+            assert_other_mount(
+                root.resolve(Path::new("/data")).unwrap_err(),
+                "/data",
+                "/data",
+            );
+            let err = root
+                .file_mount_point(Path::new("/data"), 0o644)
+                .unwrap_err();
+            assert_other_mount(err, "/data", "/data");
+            assert!(!root.is_dir(Path::new("/etc")));
+            assert!(root.read_dir(Path::new("/data"), 10).is_err());
+            assert_eq!(
+                std::fs::read(volume.join("ld.so.cache")).unwrap(),
+                MARKER.as_bytes()
+            );
+            assert_eq!(std::fs::read_dir(&volume).unwrap().count(), volume_before);
+        }
+    });
+}
+
+#[test]
+fn procfs_and_sysfs_files_behind_links_are_never_read() {
+    let sandbox = Sandbox::new();
+    in_child("mounts procfs and sysfs inside a rootfs", || {
+        for resolver in RESOLVERS {
+            let rootfs = sandbox.rootfs();
+            rustix::mount::mount(
+                "proc",
+                rootfs.join("proc"),
+                "proc",
+                MountFlags::empty(),
+                None::<&std::ffi::CStr>,
+            )
+            .unwrap();
+            std::fs::create_dir_all(rootfs.join("sys")).unwrap();
+            rustix::mount::mount(
+                "sysfs",
+                rootfs.join("sys"),
+                "sysfs",
+                MountFlags::empty(),
+                None::<&std::ffi::CStr>,
+            )
+            .unwrap();
+            let root = ContainerRoot::open_with(&rootfs, resolver).unwrap();
+            for (target, fs) in [
+                ("/proc/kmsg", "proc"),
+                ("/proc/sys/kernel/hostname", "proc"),
+                ("/sys/kernel/mm/transparent_hugepage/enabled", "sysfs"),
+            ] {
+                std::fs::remove_file(rootfs.join("etc/ld.so.cache")).ok();
+                host_symlink(target, rootfs.join("etc/ld.so.cache")).unwrap();
+                let start = Instant::now();
+                let err = root
+                    .read_file(Path::new("/etc/ld.so.cache"), 1 << 20)
+                    .unwrap_err();
+                assert!(start.elapsed() < Duration::from_secs(2), "{target} blocked");
+                assert_other_mount(err, "/etc/ld.so.cache", fs);
+                // Replaced, never written through.
+                root.write_file(Path::new("/etc/ld.so.cache"), b"new", 0o644)
+                    .unwrap();
+                assert_eq!(
+                    std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap(),
+                    b"new"
+                );
+            }
+            std::fs::remove_dir_all(rootfs.join("usr/local/cuda/compat")).unwrap();
+            host_symlink("/proc/self", rootfs.join("usr/local/cuda/compat")).unwrap();
+            let err = root
+                .read_dir(Path::new("/usr/local/cuda/compat"), 100)
+                .unwrap_err();
+            assert_other_mount(err, "/usr/local/cuda/compat", "proc");
+        }
+    });
+}
+
+#[test]
+fn submounts_are_the_runtime_mounts_or_refused() {
+    let sandbox = Sandbox::new();
+    in_child("mounts /dev and /proc inside a rootfs", || {
+        for resolver in RESOLVERS {
+            // No /dev mount: the rootfs's own folder; no /proc mount: no procfs.
+            let rootfs = sandbox.rootfs();
+            let root = ContainerRoot::open_with(&rootfs, resolver).unwrap();
+            let dev = root
+                .submount(Path::new("/dev"), Filesystem::Tmpfs)
+                .unwrap()
+                .unwrap();
+            let point = dev
+                .device_mount_point(Path::new("/nvidia0"), 195, 0)
+                .unwrap();
+            assert_eq!(host_path_of(&point), rootfs.join("dev/nvidia0"));
+            assert!(root
+                .submount(Path::new("/proc"), Filesystem::Procfs)
+                .unwrap()
+                .is_none());
+
+            // The runtime's tmpfs at /dev and procfs at /proc.
+            mount_tmpfs(&rootfs.join("dev"));
+            rustix::mount::mount(
+                "proc",
+                rootfs.join("proc"),
+                "proc",
+                MountFlags::empty(),
+                None::<&std::ffi::CStr>,
+            )
+            .unwrap();
+            let dev = root
+                .submount(Path::new("/dev"), Filesystem::Tmpfs)
+                .unwrap()
+                .unwrap();
+            let point = dev
+                .device_mount_point(Path::new("/nvidia-caps/nvidia-cap1"), 511, 1)
+                .unwrap();
+            assert_eq!(
+                host_path_of(&point),
+                rootfs.join("dev/nvidia-caps/nvidia-cap1")
+            );
+            // Messages name the path as seen in the container.
+            let err = dev.resolve(Path::new("/missing")).unwrap_err();
+            assert!(err.to_string().contains("/dev/missing"), "{err}");
+            let proc = root
+                .submount(Path::new("/proc"), Filesystem::Procfs)
+                .unwrap()
+                .unwrap();
+            assert!(proc.is_dir(Path::new("/sys/kernel")));
+            // Not past the procfs: /proc/sys/fs/binfmt_misc may be a mount of its own.
+            assert!(!proc.is_dir(Path::new("/../etc")) || root.is_dir(Path::new("/etc")));
+
+            // Something else at /dev (a volume: here a bind of an ext4 folder).
+            let other = sandbox.rootfs();
+            rustix::mount::mount_bind(&sandbox.host, other.join("dev")).unwrap();
+            let root = ContainerRoot::open_with(&other, resolver).unwrap();
+            let err = root
+                .submount(Path::new("/dev"), Filesystem::Tmpfs)
+                .unwrap_err();
+            assert!(matches!(err, FsError::WrongMount { .. }), "{err:?}");
+            assert!(err.to_string().contains("not a tmpfs"), "{err}");
+            // /dev as a link is never followed.
+            let linked = sandbox.rootfs();
+            std::fs::remove_dir(linked.join("dev")).unwrap();
+            host_symlink("/tmp", linked.join("dev")).unwrap();
+            let root = ContainerRoot::open_with(&linked, resolver).unwrap();
+            assert!(root.submount(Path::new("/dev"), Filesystem::Tmpfs).is_err());
+        }
+    });
+}
+
+/// The optional fields of mount `id` in this namespace's mountinfo.
+fn propagation_of(id: u64) -> String {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.split(' ').next() == Some(&id.to_string()))
+        .unwrap();
+    line.split(' ')
+        .skip(6)
+        .take_while(|f| *f != "-")
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn mounts_are_private_and_never_attached_under_a_shared_mount() {
+    let sandbox = Sandbox::new();
+    in_child("makes shared mounts", || {
+        // A shared host source: its clone must not be its peer.
+        rustix::mount::mount_bind(&sandbox.host, &sandbox.host).unwrap();
+        rustix::mount::mount_change(&sandbox.host, MountPropagationFlags::SHARED).unwrap();
+        let rootfs = sandbox.rootfs();
+        rustix::mount::mount_bind(&rootfs, &rootfs).unwrap();
+        let root = ContainerRoot::open(&rootfs).unwrap();
+        let src = DetachedMount::bind(&sandbox.host.join("firmware"), ro_nosuid_nodev()).unwrap();
+        let point = root
+            .dir_mount_point(Path::new("/lib/firmware/nvidia/999.88.77"), 0o755)
+            .unwrap();
+        root.attach(src, &point, Path::new("/lib/firmware/nvidia/999.88.77"))
+            .unwrap();
+        let attached = mount_id(
+            root.resolve(Path::new("/lib"))
+                .map(|_| {
+                    rustix::fs::open(
+                        rootfs.join("lib/firmware/nvidia/999.88.77"),
+                        OFlags::PATH | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .unwrap()
+                })
+                .unwrap()
+                .as_fd(),
+        )
+        .unwrap();
+        assert!(
+            !propagation_of(attached).contains("shared:"),
+            "{}",
+            propagation_of(attached)
+        );
+        // The same rootfs made shared: nothing is attached under it.
+        rustix::mount::mount_change(&rootfs, MountPropagationFlags::SHARED).unwrap();
+        let root = ContainerRoot::open(&rootfs).unwrap();
+        let src = DetachedMount::bind(&sandbox.host.join("nvidia-smi"), ro_nosuid_nodev()).unwrap();
+        let point = root
+            .file_mount_point(Path::new("/usr/bin/nvidia-smi"), 0o644)
+            .unwrap();
+        let err = root
+            .attach(src, &point, Path::new("/usr/bin/nvidia-smi"))
+            .unwrap_err();
+        assert!(matches!(err, FsError::SharedMount { .. }), "{err:?}");
+        assert!(err.to_string().contains("/usr/bin/nvidia-smi"), "{err}");
+        assert!(!mounts()
+            .values()
+            .any(|m| m == &rootfs.join("usr/bin/nvidia-smi")));
+    });
+}
+
+#[test]
+fn a_read_only_root_gets_only_empty_mount_points() {
+    let sandbox = Sandbox::new();
+    let before = sandbox.snapshot();
+    in_child("makes mount points", || {
+        for resolver in RESOLVERS {
+            let rootfs = sandbox.rootfs();
+            std::fs::write(rootfs.join("etc/ld.so.cache"), "image cache").unwrap();
+            let was = walk_tree(&rootfs);
+            let mut root = ContainerRoot::open_with(&rootfs, resolver).unwrap();
+            root.set_read_only();
+            let read_only = |e: FsError| {
+                assert!(matches!(e, FsError::ReadOnly { .. }), "{e:?}");
+                assert!(e.to_string().contains("read-only (root.readonly)"), "{e}");
+            };
+            read_only(root.symlink(Path::new("/usr/bin/x"), "y").unwrap_err());
+            read_only(
+                root.write_file(Path::new("/etc/ld.so.cache"), b"x", 0o644)
+                    .unwrap_err(),
+            );
+            assert_eq!(
+                std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap(),
+                b"image cache"
+            );
+            // Empty mount points are made, as the runtime makes them.
+            root.file_mount_point(Path::new(LIB), 0o644).unwrap();
+            root.dir_mount_point(Path::new("/run/nvidia-persistenced"), 0o755)
+                .unwrap();
+            let now = walk_tree(&rootfs);
+            for path in now.iter().filter(|p| !was.contains(p)) {
+                let meta = std::fs::symlink_metadata(path).unwrap();
+                assert!(
+                    meta.is_dir() || (meta.is_file() && meta.len() == 0),
+                    "{} is neither an empty file nor a folder",
+                    path.display()
+                );
+            }
+            assert_eq!(now.len(), was.len() + 3, "{now:?}");
+        }
+    });
+    assert_eq!(sandbox.snapshot(), before);
+}
+
+fn walk_tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for path in entries {
+        if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+            out.extend(walk_tree(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_host_root_and_the_own_namespace_are_refused() {
+    let err = ContainerRoot::open(Path::new("/")).unwrap_err();
+    assert!(matches!(err, FsError::HostRoot { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("is the host's root directory"),
+        "{err}"
+    );
+    assert!(matches!(
+        refuse_host_root(Path::new("/")),
+        Err(FsError::HostRoot { .. })
+    ));
+    // Another path to the same directory.
+    let tmp = tempfile::tempdir().unwrap();
+    host_symlink("/", tmp.path().join("root")).unwrap();
+    assert!(matches!(
+        refuse_host_root(&tmp.path().join("root")),
+        Err(FsError::HostRoot { .. })
+    ));
+    refuse_host_root(tmp.path()).unwrap();
+
+    in_child("enters mount namespaces", || {
+        // A process in the caller's own namespace: a forged state's pid.
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let err = enter_mount_namespace(sleeper.id() as i32).unwrap_err();
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        assert!(matches!(err, FsError::OwnNamespace { .. }), "{err:?}");
+        assert!(
+            err.to_string().contains("the hook's own mount namespace"),
+            "{err}"
+        );
+        let me = rustix::process::getpid().as_raw_nonzero().get();
+        assert!(matches!(
+            enter_mount_namespace(me),
+            Err(FsError::OwnNamespace { .. })
+        ));
+    });
+}
+
+#[test]
+fn a_file_mount_covers_a_file_without_writing_it() {
+    let sandbox = Sandbox::new();
+    in_child("mounts a file", || {
+        let rootfs = sandbox.rootfs();
+        std::fs::write(rootfs.join("etc/ld.so.cache"), "old").unwrap();
+        let mut root = ContainerRoot::open(&rootfs).unwrap();
+        root.set_read_only();
+        let point = root
+            .file_mount_point(Path::new("/etc/ld.so.cache"), 0o644)
+            .unwrap();
+        let file = DetachedMount::file(b"new cache", 0o644, "a cache").unwrap();
+        root.attach(file, &point, Path::new("/etc/ld.so.cache"))
+            .unwrap();
+        assert_eq!(
+            std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap(),
+            b"new cache"
+        );
+        assert!(std::fs::write(rootfs.join("etc/ld.so.cache"), "x").is_err());
+        rustix::mount::unmount(
+            rootfs.join("etc/ld.so.cache"),
+            rustix::mount::UnmountFlags::empty(),
+        )
+        .unwrap();
+        assert_eq!(
+            std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap(),
+            b"old"
+        );
     });
 }

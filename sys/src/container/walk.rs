@@ -3,7 +3,8 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
@@ -16,18 +17,24 @@ use super::MAX_LINKS;
 /// (`EAGAIN`) during a walk through `..`.
 const EAGAIN_RETRIES: usize = 128;
 
-/// `openat2(root, path, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`.
+/// `openat2(root, path, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, with
+/// `RESOLVE_NO_XDEV` unless `cross_mounts`: then any step onto another mount (a mount point
+/// on the way, or a link whose target is on another mount) fails with `EXDEV`.
 pub(super) fn openat2_in_root(
     root: BorrowedFd<'_>,
     path: &Path,
     follow_final: bool,
+    cross_mounts: bool,
 ) -> Result<OwnedFd, Errno> {
     let mut flags = OFlags::PATH | OFlags::CLOEXEC;
     if !follow_final {
         flags |= OFlags::NOFOLLOW;
     }
     let relative = relative(path);
-    let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+    let mut how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+    if !cross_mounts {
+        how |= ResolveFlags::NO_XDEV;
+    }
     let mut tries = 0;
     loop {
         match rustix::fs::openat2(root, relative, flags, Mode::empty(), how) {
@@ -76,11 +83,14 @@ fn push_front(queue: &mut VecDeque<Step>, path: &Path) -> bool {
 /// `openat(O_PATH|O_NOFOLLOW)`. The kernel never follows a link here: each one is read and
 /// its target resolved by this loop, relative to `root`. `..` pops the stack of directories
 /// walked so far (so it never reaches above the root, and never asks the kernel for `..`,
-/// whose answer a concurrent rename could move outside the root).
+/// whose answer a concurrent rename could move outside the root). With `mount` set, every
+/// component opened must be on that mount (its `STATX_MNT_ID`), else `EXDEV`, as
+/// `RESOLVE_NO_XDEV` does.
 pub(super) fn fd_walk_in_root(
     root: BorrowedFd<'_>,
     path: &Path,
     follow_final: bool,
+    mount: Option<u64>,
 ) -> Result<OwnedFd, Errno> {
     let mut queue = VecDeque::new();
     push_front(&mut queue, path);
@@ -95,16 +105,18 @@ pub(super) fn fd_walk_in_root(
             }
             Step::Name(name) => name,
         };
-        let current = stack.last().map_or(root, |fd| {
-            use std::os::fd::AsFd;
-            fd.as_fd()
-        });
+        let current = stack.last().map_or(root, |fd| fd.as_fd());
         let fd = rustix::fs::openat(
             current,
             &name,
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )?;
+        if let Some(id) = mount {
+            if mount_id(fd.as_fd())? != id {
+                return Err(Errno::XDEV);
+            }
+        }
         let st = rustix::fs::fstat(&fd)?;
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Directory => stack.push(fd),
@@ -136,6 +148,29 @@ pub(super) fn fd_walk_in_root(
         Some(fd) => Ok(fd),
         None => rustix::io::fcntl_dupfd_cloexec(root, 0),
     }
+}
+
+/// The id of the mount `fd` is on: `statx(STATX_MNT_ID)` (Linux 5.8), else the `mnt_id`
+/// line of `/proc/self/fdinfo/<fd>` (Linux 3.15). The same number as the first field of
+/// `/proc/self/mountinfo`.
+pub fn mount_id(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
+    let stx = rustix::fs::statx(
+        fd,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::MNT_ID,
+    )?;
+    if stx.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0 {
+        return Ok(stx.stx_mnt_id);
+    }
+    let mut info = String::new();
+    std::fs::File::open(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
+        .and_then(|f| f.take(4096).read_to_string(&mut info))
+        .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::NOSYS))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or(Errno::NOSYS)
 }
 
 /// Whether the link `fd` is a procfs magic link (`/proc/N/cwd`, `root`, `exe`, `fd/N`,
