@@ -64,14 +64,16 @@ fi
 install -m 0644 "$repo/config/config.toml" "$root/etc/nvc/config.toml"
 
 # Podman (and CRI-O) run every hook in hooks.d; nvc-hook does nothing for a container
-# that asks for no GPU.
+# that asks for no GPU. timeout: the shipped hook.timeout (30) plus the 2 s the runtime
+# waits before it kills the hook.
 cat >"$root/usr/share/containers/oci/hooks.d/oci-nvc-hook.json" <<'EOF'
 {
   "version": "1.0.0",
   "hook": {
     "path": "/usr/bin/nvc-hook",
     "args": ["nvc-hook", "prestart"],
-    "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+    "timeout": 32
   },
   "when": { "always": true },
   "stages": ["prestart"]

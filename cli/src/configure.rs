@@ -190,6 +190,13 @@ pub enum ConfigureError {
     /// The nvc config (for hook.path) cannot be loaded.
     #[error("cannot find nvc-hook's path in the nvc configuration (or pass --hook-path)")]
     Config(#[source] nvc_config::ConfigError),
+    /// The nvc config (for hook.timeout, which the Podman hook file follows) cannot be
+    /// loaded.
+    #[error(
+        "cannot read hook.timeout from the nvc configuration, which the Podman hook file's \
+         timeout follows: fix the file (`nvc config default` shows every key)"
+    )]
+    HookTimeout(#[source] nvc_config::ConfigError),
 }
 
 /// One thing to do to the host.
@@ -336,6 +343,13 @@ fn hook_path(args: &ConfigureArgs) -> Result<PathBuf, ConfigureError> {
             .map(|(c, _)| c.hook.path)
             .map_err(ConfigureError::Config),
     }
+}
+
+/// The Podman hook's `timeout`: the configured hook deadline plus the runtime's grace.
+fn hook_runtime_timeout() -> Result<u32, ConfigureError> {
+    nvc_config::Config::load_from_env()
+        .map(|(c, _)| c.hook.runtime_timeout())
+        .map_err(ConfigureError::HookTimeout)
 }
 
 fn path_str(p: &Path) -> String {
@@ -749,6 +763,7 @@ fn podman_changes(args: &ConfigureArgs) -> Result<Vec<Change>, ConfigureError> {
         old.as_deref().unwrap_or(""),
         &podman::PodmanOptions {
             hook_path: &hook_str,
+            timeout: hook_runtime_timeout()?,
         },
     )
     .map_err(|source| ConfigureError::Podman {

@@ -78,13 +78,49 @@ impl Default for RuntimeConfig {
 pub struct HookConfig {
     /// The hook binary injected into GPU containers' specs.
     pub path: PathBuf,
+    /// Seconds after which the hook gives up with a message, so that nothing holds a
+    /// container's start forever; from 1 to [`MAX_HOOK_TIMEOUT`].
+    #[serde(deserialize_with = "hook_timeout")]
+    pub timeout: u32,
+}
+
+/// The default of `hook.timeout`, in seconds.
+pub const DEFAULT_HOOK_TIMEOUT: u32 = 30;
+
+/// The largest `hook.timeout`, in seconds: an hour.
+pub const MAX_HOOK_TIMEOUT: u32 = 3600;
+
+/// How much longer than `hook.timeout` the runtime waits before it kills the hook, in
+/// seconds: room for the hook to end itself and say why.
+pub const HOOK_KILL_GRACE: u32 = 2;
+
+impl HookConfig {
+    /// The timeout the runtime is given for the hook (the OCI hook's `timeout`): the
+    /// hook's own deadline plus [`HOOK_KILL_GRACE`], so that the runtime kills only a
+    /// hook its own deadline did not end.
+    pub fn runtime_timeout(&self) -> u32 {
+        self.timeout.saturating_add(HOOK_KILL_GRACE)
+    }
 }
 
 impl Default for HookConfig {
     fn default() -> Self {
         HookConfig {
             path: PathBuf::from("/usr/bin/nvc-hook"),
+            timeout: DEFAULT_HOOK_TIMEOUT,
         }
+    }
+}
+
+/// `hook.timeout`: seconds, from 1 to [`MAX_HOOK_TIMEOUT`]. The error is placed at the
+/// value, so the message names the line and the key.
+fn hook_timeout<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    let seconds = u64::deserialize(deserializer)?;
+    match u32::try_from(seconds) {
+        Ok(s) if (1..=MAX_HOOK_TIMEOUT).contains(&s) => Ok(s),
+        _ => Err(serde::de::Error::custom(format!(
+            "hook.timeout is {seconds}, expected seconds from 1 to {MAX_HOOK_TIMEOUT}"
+        ))),
     }
 }
 
@@ -311,6 +347,32 @@ mod tests {
 
         let e = parse_err("[gpu]\nx = 1\n");
         assert!(e.contains("unknown field `gpu`"), "{e}");
+    }
+
+    #[test]
+    fn hook_timeout_is_seconds_from_1_to_3600() {
+        let parse = |text: &str| Config::parse(text, Path::new("x")).map(|c| c.hook.timeout);
+        assert_eq!(parse("").unwrap(), 30);
+        assert_eq!(parse("[hook]\npath = \"/x\"\n").unwrap(), 30);
+        assert_eq!(parse("[hook]\ntimeout = 5\n").unwrap(), 5);
+        assert_eq!(parse("[hook]\ntimeout = 1\n").unwrap(), 1);
+        assert_eq!(parse("[hook]\ntimeout = 3600\n").unwrap(), 3600);
+        assert_eq!(HookConfig::default().runtime_timeout(), 32);
+
+        for bad in ["0", "4000", "3601", "-1", "99999999999"] {
+            let e = parse_err(&format!("[hook]\npath = \"/x\"\ntimeout = {bad}\n"));
+            assert!(e.contains("line 3, key `hook.timeout`"), "{bad}: {e}");
+            if bad != "-1" {
+                assert!(
+                    e.contains(&format!(
+                        "hook.timeout is {bad}, expected seconds from 1 to 3600"
+                    )),
+                    "{bad}: {e}"
+                );
+            }
+        }
+        let e = parse_err("[hook]\ntimeout = \"30s\"\n");
+        assert!(e.contains("key `hook.timeout`"), "{e}");
     }
 
     #[test]

@@ -53,6 +53,7 @@ fn hook() -> HookEntry {
             "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
             "NVC_CONFIG=/etc/nvc/test.toml".into(),
         ],
+        timeout: Some(32),
     }
 }
 

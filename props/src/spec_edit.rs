@@ -217,6 +217,8 @@ pub fn hook() -> HookEntry {
         path: PathBuf::from("/usr/bin/nvc-hook"),
         args: vec!["nvc-hook".to_string(), "prestart".to_string()],
         env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()],
+        // hook.timeout (30 s by default) plus the 2 s the runtime waits before its kill.
+        timeout: Some(32),
     }
 }
 

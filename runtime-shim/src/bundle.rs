@@ -36,6 +36,9 @@ pub fn hook_entry(config: &Config, source: &ConfigSource) -> HookEntry {
         path: config.hook.path.clone(),
         args: vec!["nvc-hook".into(), "prestart".into()],
         env,
+        // runc kills a hook that outlives this; the hook's own deadline (`timeout`)
+        // comes first, so the kill only ends a hook that deadline did not.
+        timeout: Some(config.hook.runtime_timeout()),
     }
 }
 

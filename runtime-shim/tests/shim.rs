@@ -461,6 +461,8 @@ fn gpu_container_gets_nodes_rules_and_hook() {
     assert_eq!(prestart.len(), 1);
     assert_eq!(prestart[0]["path"], w.hook.to_str().unwrap());
     assert_eq!(prestart[0]["args"], json!(["nvc-hook", "prestart"]));
+    // runc kills the hook 2 s after its own deadline, hook.timeout (30 s by default).
+    assert_eq!(prestart[0]["timeout"], 32);
     assert_eq!(
         prestart[0]["env"],
         json!([
@@ -527,6 +529,15 @@ fn gpu_container_gets_nodes_rules_and_hook() {
     ok(&w.shim(&args));
     assert_eq!(fs::read(w.spec_path()).unwrap(), bytes);
     assert_eq!(identity(&w.spec_path()), before);
+
+    // The runtime's timeout follows the configured hook.timeout.
+    w.write_config(&driver_and_log);
+    let mut config = fs::OpenOptions::new().append(true).open(&w.config).unwrap();
+    std::io::Write::write_all(&mut config, b"timeout = 100\n").unwrap();
+    w.write_spec(&spec);
+    ok(&w.shim(&args));
+    let edited: Value = serde_json::from_slice(&fs::read(w.spec_path()).unwrap()).unwrap();
+    assert_eq!(edited["hooks"]["prestart"][0]["timeout"], 102);
 
     // A missing hook is an error, not a spec runc fails on later.
     w.write_spec(&spec);

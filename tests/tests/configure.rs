@@ -755,7 +755,8 @@ fn podman_hook_file_round_trip() {
             "hook": {
                 "path": "/usr/bin/nvc-hook",
                 "args": ["nvc-hook", "prestart"],
-                "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+                "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                "timeout": 32
             },
             "when": {"always": true},
             "stages": ["prestart"]
@@ -782,4 +783,41 @@ fn podman_hook_file_round_trip() {
     revert.push("--revert");
     assert!(configure(&revert).ok);
     assert!(!file.exists());
+}
+
+/// The hook file's timeout follows the nvc config's `hook.timeout` (plus the 2 s the
+/// runtime waits before it kills the hook); a config that does not load is an error.
+#[test]
+fn podman_hook_timeout_follows_the_nvc_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("oci-nvc-hook.json");
+    let config = dir.path().join("config.toml");
+    let run = |text: &str| {
+        fs::write(&config, text).unwrap();
+        Command::new(nvc())
+            .args(["runtime", "configure", "--runtime", "podman", "--config"])
+            .arg(&file)
+            .args(["--hook-path", "/usr/bin/nvc-hook"])
+            .env("NVC_CONFIG", &config)
+            .output()
+            .unwrap()
+    };
+    let out = run("[hook]\ntimeout = 60\n");
+    assert!(out.status.success(), "{out:?}");
+    let hook: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(hook["hook"]["timeout"], 62);
+
+    let out = run("[hook]\ntimeout = 0\n");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot read hook.timeout from the nvc configuration")
+            && stderr.contains("key `hook.timeout`")
+            && stderr.contains("expected seconds from 1 to 3600"),
+        "{stderr}"
+    );
+    let kept: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(kept, hook, "the file is kept");
 }

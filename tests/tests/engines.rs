@@ -820,6 +820,7 @@ fn deb_installs_runs_and_purges_back_to_the_users_config() {
                 "path": "/usr/bin/nvc-hook",
                 "args": ["nvc-hook", "prestart"],
                 "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                "timeout": 32,
             },
             "when": {"always": true},
             "stages": ["prestart"],

@@ -358,6 +358,7 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
         path: config.hook.path.clone(),
         args: vec!["nvc-hook".into(), "prestart".into()],
         env: Vec::new(),
+        timeout: Some(config.hook.runtime_timeout()),
     };
     if spec::has_driver_hook(&spec, &entry).unwrap_or(false) {
         report

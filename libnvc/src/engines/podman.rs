@@ -4,7 +4,8 @@
 //! ```json
 //! {
 //!   "version": "1.0.0",
-//!   "hook": {"path": "/usr/bin/nvc-hook", "args": ["nvc-hook", "prestart"], "env": ["PATH=..."]},
+//!   "hook": {"path": "/usr/bin/nvc-hook", "args": ["nvc-hook", "prestart"], "env": ["PATH=..."],
+//!            "timeout": 32},
 //!   "when": {"always": true},
 //!   "stages": ["prestart"]
 //! }
@@ -12,7 +13,9 @@
 //!
 //! `always`, like NVIDIA's own hook file: podman's `annotations` condition would miss
 //! containers that ask for GPUs through their environment, and `nvc-hook` returns at
-//! once for a container whose environment asks for no GPU.
+//! once for a container whose environment asks for no GPU. The hook object is an OCI
+//! hook: its `timeout` (seconds) makes the runtime kill a hook its own deadline
+//! (`hook.timeout` in the nvc config) did not end.
 
 use serde::Serialize;
 use serde_json::{json, Map, Value};
@@ -25,6 +28,9 @@ pub const HOOK_PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/
 pub struct PodmanOptions<'a> {
     /// `nvc-hook`'s path.
     pub hook_path: &'a str,
+    /// The hook's `timeout`, in seconds: the nvc config's `hook.timeout` plus the grace
+    /// the runtime gives it (`HookConfig::runtime_timeout`).
+    pub timeout: u32,
 }
 
 /// Why the hook file cannot be changed.
@@ -57,6 +63,9 @@ pub fn configure(existing: &str, opts: &PodmanOptions<'_>) -> Result<String, Pod
     hook.insert("path".into(), json!(opts.hook_path));
     hook.insert("args".into(), json!(["nvc-hook", "prestart"]));
     hook.entry("env").or_insert_with(|| json!([HOOK_PATH_ENV]));
+    // Set, not kept: a shorter one would kill the hook before its own deadline ends it
+    // with a message.
+    hook.insert("timeout".into(), json!(opts.timeout));
     root.insert("when".into(), json!({"always": true}));
     root.insert("stages".into(), json!(["prestart"]));
     if root == before {
@@ -106,6 +115,7 @@ mod tests {
 
     const OPTS: PodmanOptions<'static> = PodmanOptions {
         hook_path: "/usr/bin/nvc-hook",
+        timeout: 32,
     };
 
     #[test]
@@ -116,7 +126,7 @@ mod tests {
             v,
             json!({
                 "version": "1.0.0",
-                "hook": {"path": "/usr/bin/nvc-hook", "args": ["nvc-hook", "prestart"], "env": [HOOK_PATH_ENV]},
+                "hook": {"path": "/usr/bin/nvc-hook", "args": ["nvc-hook", "prestart"], "env": [HOOK_PATH_ENV], "timeout": 32},
                 "when": {"always": true},
                 "stages": ["prestart"]
             })
@@ -135,9 +145,28 @@ mod tests {
         assert_eq!(v["hook"]["path"], "/usr/bin/nvc-hook");
         assert_eq!(v["hook"]["args"], json!(["nvc-hook", "prestart"]));
         assert_eq!(v["hook"]["env"], json!(["PATH=/opt/bin"]));
-        assert_eq!(v["hook"]["timeout"], 10);
+        assert_eq!(v["hook"]["timeout"], 32);
         assert_eq!(v["when"], json!({"always": true}));
         assert_eq!(v["stages"], json!(["prestart"]));
+    }
+
+    #[test]
+    fn a_file_without_timeout_gets_one() {
+        // What nvc wrote before hooks had a deadline.
+        let old = r#"{"version": "1.0.0", "hook": {"path": "/usr/bin/nvc-hook", "args": ["nvc-hook", "prestart"], "env": ["PATH=/bin"]},
+                      "when": {"always": true}, "stages": ["prestart"]}"#;
+        let out = configure(old, &OPTS).unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["hook"]["timeout"], 32);
+        assert_eq!(v["hook"]["env"], json!(["PATH=/bin"]));
+        let longer = PodmanOptions {
+            timeout: 122,
+            ..OPTS
+        };
+        let out = configure(&out, &longer).unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["hook"]["timeout"], 122);
+        assert!(runs_hook(&out, "/usr/bin/nvc-hook"));
     }
 
     #[test]

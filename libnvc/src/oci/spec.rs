@@ -117,6 +117,9 @@ pub struct HookEntry {
     pub args: Vec<String>,
     /// Its whole environment, `KEY=VALUE`.
     pub env: Vec<String>,
+    /// The OCI hook's `timeout`: seconds after which the runtime kills the hook; `None`
+    /// leaves the field out (no limit).
+    pub timeout: Option<u32>,
 }
 
 /// What a parse error most likely means, for the message.
@@ -391,11 +394,14 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
     let mut changed = false;
 
     if !hooks_include(top, hook)? {
-        let entry = json!({
+        let mut entry = json!({
             "path": utf8(&hook.path)?,
             "args": hook.args,
             "env": hook.env,
         });
+        if let (Some(timeout), Value::Object(fields)) = (hook.timeout, &mut entry) {
+            fields.insert("timeout".into(), json!(timeout));
+        }
         let hooks = object_mut(top, "hooks", "hooks")?;
         array_mut(hooks, "prestart", "hooks.prestart")?.push(entry);
         changed = true;
@@ -712,6 +718,7 @@ mod tests {
             path: PathBuf::from("/usr/bin/nvc-hook"),
             args: vec!["nvc-hook".into(), "prestart".into()],
             env: vec!["PATH=/usr/bin:/bin".into()],
+            timeout: Some(32),
         }
     }
 
@@ -807,7 +814,8 @@ mod tests {
                 "hooks": {"prestart": [{
                     "path": "/usr/bin/nvc-hook",
                     "args": ["nvc-hook", "prestart"],
-                    "env": ["PATH=/usr/bin:/bin"]
+                    "env": ["PATH=/usr/bin:/bin"],
+                    "timeout": 32
                 }]},
                 "linux": {
                     "devices": [
@@ -824,6 +832,23 @@ mod tests {
         let once = to_bytes(&spec).unwrap();
         assert!(!apply(&mut spec, &edits(), &hook()).unwrap());
         assert_eq!(to_bytes(&spec).unwrap(), once);
+    }
+
+    #[test]
+    fn a_hook_without_timeout_has_no_timeout_field() {
+        let mut spec = minimal();
+        let untimed = HookEntry {
+            timeout: None,
+            ..hook()
+        };
+        assert!(apply(&mut spec, &ContainerEdits::default(), &untimed).unwrap());
+        let entry = &spec["hooks"]["prestart"][0];
+        assert_eq!(entry["path"], "/usr/bin/nvc-hook");
+        assert!(entry.get("timeout").is_none(), "{entry}");
+        // An entry written without a timeout (by an older nvc) is still nvc's hook.
+        assert!(has_driver_hook(&spec, &hook()).unwrap());
+        assert!(!apply(&mut spec, &ContainerEdits::default(), &hook()).unwrap());
+        assert_eq!(spec["hooks"]["prestart"].as_array().map(Vec::len), Some(1));
     }
 
     #[test]
