@@ -632,6 +632,21 @@ impl ContainerRoot {
         self.lookup(path, true).map_err(|e| self.err(OP, path, e))
     }
 
+    /// What `path` resolves to, links followed inside the root and *across* mounts, as its
+    /// kind, device and inode: to tell which names are one file where files are mounts of
+    /// their own (the runtime's bind mounts of a CDI spec's libraries). Only an `O_PATH` fd
+    /// is opened and only `fstat` is asked of it, so nothing is read and nothing can
+    /// block; the answer is for comparing, never for acting on.
+    pub fn identify(&self, path: &Path) -> Result<(FileKind, u64, u64), FsError> {
+        const OP: &str = "resolve";
+        self.check_absolute(OP, path)?;
+        let fd = self
+            .lookup_across(path, true)
+            .map_err(|e| self.err(OP, path, e))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| self.err(OP, path, e))?;
+        Ok((FileKind::of(&st), st.st_dev, st.st_ino))
+    }
+
     /// Whether `path` resolves to a directory inside the root.
     pub fn is_dir(&self, path: &Path) -> bool {
         self.kind(path) == Some(FileKind::Directory)

@@ -32,10 +32,9 @@
 //! spec's fixed `PATH`.
 
 use std::collections::{BTreeMap, HashSet};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use nvc_sys::container::{ContainerRoot, FsError};
+use nvc_sys::container::{ContainerRoot, FileKind, FsError};
 use serde::Deserialize;
 
 use super::CdiError;
@@ -324,20 +323,17 @@ fn folder_entries(root: &ContainerRoot, folder: &Path) -> Result<Vec<Entry>, Cdi
         let Some(parts) = so_version_parts(&name) else {
             continue;
         };
-        let fd = match root.resolve(&folder.join(&name)) {
-            Ok(fd) => fd,
+        // The runtime bind-mounted each library of the spec: each is a mount of its own.
+        let (kind, dev, ino) = match root.identify(&folder.join(&name)) {
+            Ok(found) => found,
             Err(e) if e.is_not_found() => continue,
             Err(e) => return Err(e.into()),
         };
-        // fstat of the O_PATH fd: what the name resolved to inside the root.
-        let Ok(meta) = std::fs::File::from(fd).metadata() else {
-            continue;
-        };
-        if !meta.is_file() {
+        if kind != FileKind::RegularFile {
             continue;
         }
         by_file
-            .entry((meta.dev(), meta.ino()))
+            .entry((dev, ino))
             .or_default()
             .push((parts, name));
     }
