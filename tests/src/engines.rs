@@ -181,7 +181,7 @@ pub fn run_command(command: &mut Command, io_dir: &Path, timeout: Duration) -> O
 /// Waits for `child`, the leader of its own process group; kills the group after
 /// `timeout`. Returns the exit status (128 + signal, -1 on a timeout) and whether it timed
 /// out.
-fn wait_or_kill_group(child: &mut Child, timeout: Duration) -> (i32, bool) {
+pub(crate) fn wait_or_kill_group(child: &mut Child, timeout: Duration) -> (i32, bool) {
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {

@@ -636,6 +636,22 @@ impl TestMount {
         Ok(guard)
     }
 
+    /// `dir` bind-mounted onto itself and made a shared mount (its own peer group), as a
+    /// host folder a container engine mounts with shared propagation: what is mounted in
+    /// any of its peers shows up here.
+    pub fn shared(dir: &Path) -> Result<TestMount, FakeError> {
+        let mut bind = Command::new("mount");
+        bind.arg("--bind").arg(dir).arg(dir);
+        run_mount(bind, "bind-mount a directory onto itself")?;
+        let guard = TestMount {
+            target: dir.to_path_buf(),
+        };
+        let mut shared = Command::new("mount");
+        shared.arg("--make-shared").arg(dir);
+        run_mount(shared, "make a bind mount shared")?;
+        Ok(guard)
+    }
+
     /// Where it is mounted.
     pub fn path(&self) -> &Path {
         &self.target

@@ -18,6 +18,7 @@ mod proc_tree;
 mod rootfs;
 mod setup;
 mod spec;
+mod sweep;
 mod tree;
 
 pub use bundle::{
@@ -45,6 +46,9 @@ pub use rootfs::{
 };
 pub use setup::{TestSetup, FAKE_PROC_MOUNT};
 pub use spec::{FakeDriverSpec, FakeGpu, FAKE_GPU_MODEL, MAX_GPU_MINOR};
+pub use sweep::{
+    kill_processes_under, mounts_under, run_with_stdin, unmount_all_under, KillOnDrop, Sweep,
+};
 pub use tree::{FakeDriver, LIB32_DIR, MULTIARCH_LIB_DIR, NVIDIA_PREFIX};
 
 /// Whether this process runs with effective uid 0 (read from `/proc/self/status`).

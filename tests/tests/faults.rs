@@ -388,3 +388,52 @@ fn a_hundred_gpu_containers_in_parallel() {
     }
     host.assert_unchanged(&w, &rt, "100 in parallel");
 }
+
+#[test]
+fn the_hook_gives_up_after_its_configured_timeout() {
+    let w = World::new();
+    let host = Host::new(&w);
+    let text = std::fs::read_to_string(&w.config).unwrap();
+    assert!(text.contains("[hook]\n"), "no [hook] section in {text}");
+    let config = w.dir.path().join("deadline.toml");
+    std::fs::write(&config, text.replace("[hook]\n", "[hook]\ntimeout = 1\n")).unwrap();
+    // stdin is a pipe nobody writes to and nobody closes: the hook waits for its state
+    // until its own deadline, as it would behind a runtime that hangs.
+    let mut child = nvc_tests::KillOnDrop(
+        std::process::Command::new(workspace_bin("nvc-hook"))
+            .arg("prestart")
+            .env("NVC_CONFIG", &config)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let _stdin = child.0.stdin.take().unwrap();
+    let begun = Instant::now();
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break Some(status);
+        }
+        if begun.elapsed() > Duration::from_secs(5) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = begun.elapsed();
+    let mut stderr = String::new();
+    if status.is_some() {
+        std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    }
+    drop(child);
+    let status = status.unwrap_or_else(|| panic!("the hook still waited after {took:?}"));
+    assert!(
+        !status.success(),
+        "the hook exited 0 without a state: {stderr}"
+    );
+    assert!(
+        stderr.contains("gave up after"),
+        "the hook exited after {took:?} ({status}) without saying it gave up: {stderr}"
+    );
+    host.assert_unchanged(&w, &w.rt, "the hook's deadline");
+}

@@ -3,7 +3,11 @@
 //! of the rootfs at every path nvc reads, writes, lists or mounts onto; the wrong kind of
 //! file where nvc expects a file or a directory; a payload library in the image's
 //! environment; the image's own ldconfig; a directory flipped to a link while containers
-//! start; device nodes made inside the container.
+//! start; device nodes made inside the container. And the rootfs's own mount: links from
+//! the paths the hook reads to files that block or belong to /proc, /sys or /dev, links
+//! into a volume the spec mounts (private, shared with the host, not the user's); the
+//! strict policy for annotations; image text forging nvc's log; `root.path` `/`; a state
+//! whose pid is a host process; `root.readonly`.
 //!
 //! Every case asserts both that the attack had no effect (a sentinel tree outside the
 //! rootfs, the host's mount table and `/etc/ld.so.cache` unchanged, no marker written,
@@ -16,13 +20,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nvc_tests::{
-    container_id, host_mounts, nvc_config_for, require_root, tree_digest, Bundle, FakeDriver,
-    FakeDriverSpec, Outcome, RootfsSpec, Runtime, BUSYBOX_APPLETS, DEFAULT_PATH_ENV,
+    container_id, host_mounts, mounts_under, nvc_config_for, require_root, run_command,
+    run_with_stdin, tree_digest, workspace_bin, Bundle, FakeDriver, FakeDriverSpec, KillOnDrop,
+    Outcome, RootfsSpec, Runtime, Sweep, TestMount, BUSYBOX_APPLETS, DEFAULT_PATH_ENV,
 };
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// The fake driver's version.
 const VERSION: &str = "999.88.77";
@@ -35,6 +40,20 @@ const SENTINEL: &str = "nvc-sentinel-outside";
 const TOOLS: &str = "/.hostile/bin";
 /// Containers started at once.
 const WORKERS: usize = 3;
+/// How long a start of a case that could hang (a blocking read, a deadline) may take: a
+/// start takes about a second here, three at a time on two cores.
+const BOUND: Duration = Duration::from_secs(20);
+
+// What the hook says when it refuses, besides the path it names.
+/// A path that leaves the mount of the container's root filesystem (a volume, /proc,
+/// /sys, /dev, a tmpfs).
+const OTHER_MOUNT: &str = "not the container's root filesystem";
+/// A read-only rootfs where nvc would have to create something.
+const READ_ONLY: &str = "read-only (root.readonly)";
+/// A state whose pid is not in a container's mount namespace.
+const OWN_NAMESPACE: &str = "the hook's own mount namespace";
+/// `root.path` is `/`.
+const HOST_ROOT: &str = "is the host's root directory";
 
 // ---------------------------------------------------------------------------------------
 // What must not change.
@@ -273,6 +292,54 @@ impl Lab {
     fn nvc_log(&self) -> String {
         std::fs::read_to_string(self.path().join("nvc.log")).unwrap_or_default()
     }
+
+    /// [`Lab::nvc`] whose every command is killed after [`BOUND`].
+    fn nvc_bounded(&self) -> Runtime {
+        self.nvc().with_timeout(BOUND)
+    }
+
+    /// The lab's nvc config changed by `edit`, saved as `<name>.toml` in the lab.
+    fn config_with(&self, name: &str, edit: impl FnOnce(String) -> String) -> PathBuf {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let path = self.path().join(format!("{name}.toml"));
+        std::fs::write(&path, edit(text)).unwrap();
+        path
+    }
+
+    /// `nvc-hook prestart` run directly, as a runtime would, with `state` on stdin and
+    /// the nvc config `config`, killed after [`BOUND`].
+    fn hook(&self, config: &Path, state: &Value) -> Outcome {
+        let mut command = Command::new(workspace_bin("nvc-hook"));
+        command.arg("prestart").env("NVC_CONFIG", config);
+        run_with_stdin(
+            &mut command,
+            state.to_string().as_bytes(),
+            self.path(),
+            BOUND,
+        )
+    }
+}
+
+impl Drop for Lab {
+    /// An attack that worked may have left mounts (in the host's namespace) and processes
+    /// under the lab: they go before the lab's directory is removed, which would otherwise
+    /// remove files through a leaked bind mount.
+    fn drop(&mut self) {
+        if let Some(what) = Sweep::new(self.path()).now() {
+            eprintln!("lab cleanup: {what}");
+        }
+    }
+}
+
+/// The OCI state a runtime hands a prestart hook, for the container whose init is `pid`.
+fn oci_state(pid: u32, bundle: &Bundle) -> Value {
+    json!({
+        "ociVersion": "1.0.2",
+        "id": "nvc-hostile-direct",
+        "status": "creating",
+        "pid": pid,
+        "bundle": bundle.dir,
+    })
 }
 
 /// Runs the hook (`@HOOK@`) with `openat2` failing with `ENOSYS`.
@@ -351,8 +418,12 @@ struct Case {
     plant: Plant,
     /// How it must end.
     expect: Expect,
-    /// A shell command run in the container when it starts, and a line it must print.
-    check: Option<(String, String)>,
+    /// Shell commands run in the container when it starts, each with a line it must print.
+    checks: Vec<(String, String)>,
+    /// A host folder the spec mounts at `/data`, if any.
+    volume: Option<Volume>,
+    /// Whether the container asks for every GPU and capability (else for nothing).
+    gpus: bool,
 }
 
 impl Case {
@@ -367,13 +438,27 @@ impl Case {
             attacked: attacked.to_string(),
             plant: Box::new(plant),
             expect,
-            check: None,
+            checks: Vec::new(),
+            volume: None,
+            gpus: true,
         }
     }
 
     /// Runs `command` in the container, which must print `line`.
     fn checking(mut self, command: &str, line: &str) -> Case {
-        self.check = Some((command.to_string(), line.to_string()));
+        self.checks.push((command.to_string(), line.to_string()));
+        self
+    }
+
+    /// Mounts a host folder of `kind` at `/data`.
+    fn with_volume(mut self, kind: Volume) -> Case {
+        self.volume = Some(kind);
+        self
+    }
+
+    /// Asks for no GPU: a control, where nvc does nothing.
+    fn without_gpus(mut self) -> Case {
+        self.gpus = false;
         self
     }
 }
@@ -397,31 +482,57 @@ fn case_script(attacked: &str, check: Option<&str>) -> String {
 fn run_case(lab: &Lab, nvc: &Runtime, case: &Case) -> Result<String, String> {
     let dir = lab.fresh();
     let rootfs = dir.join("rootfs");
+    // Made before the outside's snapshot: a shared volume is a mount of the host's.
+    let volume = case.volume.map(|kind| VolumeDir::new(&dir, kind));
     let outside = Outside::new(&dir, lab.path());
     (case.plant)(&rootfs, &outside.dir);
-    let script = case_script(&case.attacked, case.check.as_ref().map(|(c, _)| c.as_str()));
-    let bundle = lab.bundle(&rootfs, &all_gpus(), &script);
+    let checks: Vec<&str> = case.checks.iter().map(|(c, _)| c.as_str()).collect();
+    let checks = checks.join("; ");
+    let script = case_script(
+        &case.attacked,
+        (!checks.is_empty()).then_some(checks.as_str()),
+    );
+    let env = if case.gpus { all_gpus() } else { Vec::new() };
+    let mut bundle = lab.bundle(&rootfs, &env, &script);
+    if let Some(volume) = &volume {
+        bundle = volume.mount_in(bundle);
+    }
     let out = nvc.run(&bundle, &container_id("nvc-hostile"));
-    let fail = |why: String| Err(format!("{}: {why}\n{out:?}", case.name));
+    // A case that failed may have left mounts in its directory (a shared volume's, or
+    // the hook's own): they go now, so that they do not show up in other cases.
+    let fail = |why: String| {
+        let swept = Sweep::new(&dir)
+            .now()
+            .map(|s| format!("\n(cleanup: {s})"))
+            .unwrap_or_default();
+        Err(format!("{}: {why}{swept}\n{out:?}", case.name))
+    };
     if let Some(after) = outside.tree_change() {
         return fail(format!(
             "the outside tree changed:\nbefore:\n{}after:\n{after}",
             outside.digest
         ));
-    } else if let Some(change) = outside.changes() {
+    }
+    if let Some(change) = volume.as_ref().and_then(VolumeDir::changes) {
+        return fail(change);
+    }
+    if let Some(change) = outside.changes() {
         return fail(change);
     }
     if let Some(leak) = out.stdout.lines().find(|l| l.starts_with("LEAK")) {
         return fail(format!("the outside is visible inside: {leak}"));
     }
     if out.timed_out {
-        return fail("timed out".into());
+        return fail(format!(
+            "the start did not end within {:?} and was killed",
+            nvc.timeout
+        ));
     }
     let outcome = if out.success() {
         if !(out.stdout.contains("started") && out.stdout.contains("done")) {
             return fail("exited 0 without running its script".into());
         }
-        if let Some((_, want)) = &case.check {
+        for (_, want) in &case.checks {
             if !out.stdout.lines().any(|l| l == want) {
                 return fail(format!("the container did not print {want:?}"));
             }
@@ -451,6 +562,7 @@ fn run_case(lab: &Lab, nvc: &Runtime, case: &Case) -> Result<String, String> {
     };
     match judged {
         Ok(outcome) => {
+            drop(volume);
             let _ = std::fs::remove_dir_all(&dir);
             let _ = std::fs::remove_dir_all(&bundle.dir);
             Ok(outcome)
@@ -467,10 +579,15 @@ fn run_all(lab: &Lab, cases: &[Case]) {
 
 /// [`run_all`] with nvc-runtime from `nvc`, `label` before each case's name.
 fn run_all_with(lab: &Lab, cases: &[Case], nvc: fn(&Lab) -> Runtime, label: &str) {
+    run_cases(lab, cases, nvc, label, WORKERS);
+}
+
+/// [`run_all_with`], `workers` cases at a time.
+fn run_cases(lab: &Lab, cases: &[Case], nvc: fn(&Lab) -> Runtime, label: &str, workers: usize) {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<(usize, Result<String, String>)>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
-        for _ in 0..WORKERS {
+        for _ in 0..workers {
             s.spawn(|| {
                 let runtime = nvc(lab);
                 loop {
@@ -1444,4 +1561,826 @@ fn directories_flipped_to_links_while_containers_start_change_nothing_outside() 
         failures[0]
     );
     assert!(swaps > 0, "the racer never swapped: {output:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The rootfs's own mount: what the hook reads, creates or mounts onto is on the mount
+// `root.path` is, never on another one that a link from the image reaches (a volume,
+// /proc, /sys, runc's /dev tmpfs).
+
+/// What a path the hook reads may lead to instead of an image file: a file that blocks
+/// or never ends, another file system's file or folder, a special file in the rootfs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blocker {
+    /// Blocks once the host's kernel log is drained, and reading it drains it.
+    Kmsg,
+    /// A procfs file: the reader's hostname.
+    ProcSysFile,
+    /// A procfs file of the container's init.
+    ProcEnviron,
+    /// A procfs folder.
+    ProcDir,
+    /// A sysfs file.
+    SysFile,
+    /// A sysfs folder.
+    SysDir,
+    /// runc's /dev tmpfs: an endless read.
+    DevZero,
+    /// A tmpfs folder runc mounts.
+    DevShm,
+    /// A fifo inside the rootfs: opening it for reading blocks.
+    Fifo,
+    /// A character device node inside the rootfs (1:5, zero).
+    CharDevice,
+}
+
+impl Blocker {
+    const ALL: [Blocker; 10] = [
+        Blocker::Kmsg,
+        Blocker::ProcSysFile,
+        Blocker::ProcEnviron,
+        Blocker::ProcDir,
+        Blocker::SysFile,
+        Blocker::SysDir,
+        Blocker::DevZero,
+        Blocker::DevShm,
+        Blocker::Fifo,
+        Blocker::CharDevice,
+    ];
+
+    /// The link's target, as seen in the container.
+    fn path(self) -> &'static str {
+        match self {
+            Blocker::Kmsg => "/proc/kmsg",
+            Blocker::ProcSysFile => "/proc/sys/kernel/hostname",
+            // Not /proc/self/...: the hook is not in the container's pid namespace, whose
+            // procfs runc mounted, so /proc/self leads nowhere for it.
+            Blocker::ProcEnviron => "/proc/1/environ",
+            Blocker::ProcDir => "/proc/sys/kernel",
+            Blocker::SysFile => "/sys/kernel/mm/transparent_hugepage/enabled",
+            Blocker::SysDir => "/sys/class",
+            Blocker::DevZero => "/dev/zero",
+            Blocker::DevShm => "/dev/shm",
+            Blocker::Fifo => "/.blockers/fifo",
+            Blocker::CharDevice => "/.blockers/zero",
+        }
+    }
+
+    /// Links `inner` in `rootfs` to it, making the fifo or node first.
+    fn plant(self, rootfs: &Path, inner: &str) {
+        let made = |program: &str, args: &[&str]| {
+            let p = host_path(rootfs, self.path());
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            let status = Command::new(program).arg(&p).args(args).status().unwrap();
+            assert!(status.success(), "{program} {}", p.display());
+        };
+        match self {
+            Blocker::Fifo => made("mkfifo", &[]),
+            Blocker::CharDevice => made("mknod", &["c", "1", "5"]),
+            _ => {}
+        }
+        replace_with_link(rootfs, inner, self.path());
+    }
+}
+
+/// The container's cache is a regular file nvc wrote, not the link.
+const CACHE_REPLACED: (&str, &str) = (
+    "[ -f /etc/ld.so.cache ] && [ ! -L /etc/ld.so.cache ] && echo cache-replaced",
+    "cache-replaced",
+);
+/// The container's loader finds the driver's libcuda through the cache.
+const LIBCUDA_FOUND: (&str, &str) = (
+    "nvc-probe 2>&1 | grep -q libcuda=ok && echo libcuda-found",
+    "libcuda-found",
+);
+
+fn lib64_check() -> (String, String) {
+    (
+        format!("[ -f /usr/lib64/libcuda.so.{VERSION} ] && echo libraries-in-lib64"),
+        "libraries-in-lib64".to_string(),
+    )
+}
+
+#[test]
+fn links_from_read_paths_to_blockers_are_never_read_and_the_container_starts_in_time() {
+    let lab = Lab::new();
+    let mut cases = Vec::new();
+    for path in ["/etc/ld.so.cache", "/usr/local/cuda/compat", LIB] {
+        for blocker in Blocker::ALL {
+            let case = Case::new(
+                format!("{path} -> {}", blocker.path()),
+                path,
+                move |rootfs, _| blocker.plant(rootfs, path),
+                Expect::Starts,
+            );
+            cases.push(match path {
+                // Not read (a blocking or endless read, the host's kernel log), and
+                // replaced by a regular file.
+                "/etc/ld.so.cache" => case
+                    .checking(CACHE_REPLACED.0, CACHE_REPLACED.1)
+                    .checking(LIBCUDA_FOUND.0, LIBCUDA_FOUND.1),
+                // Not listed: no compat libraries.
+                "/usr/local/cuda/compat" => case.checking(LIBCUDA_FOUND.0, LIBCUDA_FOUND.1),
+                // Not a folder on the rootfs's mount: the libraries go to /usr/lib64.
+                _ => {
+                    let (command, line) = lib64_check();
+                    case.checking(&command, &line)
+                }
+            });
+        }
+    }
+    run_cases(&lab, &cases, Lab::nvc_bounded, "", WORKERS);
+}
+
+/// A host folder a container engine mounts into the container (a volume), at `/data`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Volume {
+    /// `rbind`, `rprivate`.
+    Private,
+    /// A shared mount on the host, mounted `rbind`, `rshared` with the rootfs's
+    /// propagation shared, as Docker does for a shared volume: a mount made under it in
+    /// the container shows up on the host, and stays there.
+    Shared,
+    /// Root's, mode 0755, and the container runs as 1000:1000, who cannot write to it.
+    NotTheUsers,
+}
+
+/// Where a container mounts its volume.
+const VOLUME_AT: &str = "/data";
+
+/// A volume's folder on the host, in a case's directory.
+struct VolumeDir {
+    kind: Volume,
+    path: PathBuf,
+    digest: String,
+    /// The shared bind mount, for [`Volume::Shared`]; unmounted when dropped.
+    _shared: Option<TestMount>,
+}
+
+impl VolumeDir {
+    /// `<case_dir>/volume`: a file and a folder `fw` with a file, root's, 0755 and 0644.
+    fn new(case_dir: &Path, kind: Volume) -> VolumeDir {
+        let path = case_dir.join("volume");
+        std::fs::create_dir_all(path.join("fw")).unwrap();
+        std::fs::write(path.join("volume-file"), "volume").unwrap();
+        std::fs::write(path.join("fw/volume-firmware"), "volume").unwrap();
+        for (p, mode) in [
+            (path.clone(), 0o755),
+            (path.join("fw"), 0o755),
+            (path.join("volume-file"), 0o644),
+            (path.join("fw/volume-firmware"), 0o644),
+        ] {
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .unwrap();
+        }
+        let shared = (kind == Volume::Shared).then(|| TestMount::shared(&path).unwrap());
+        VolumeDir {
+            kind,
+            digest: tree_digest(&path),
+            path,
+            _shared: shared,
+        }
+    }
+
+    /// `bundle` with the volume mounted at [`VOLUME_AT`], saved.
+    fn mount_in(&self, bundle: Bundle) -> Bundle {
+        let propagation = match self.kind {
+            Volume::Shared => "rshared",
+            _ => "rprivate",
+        };
+        let mut bundle = bundle.set(
+            "/mounts/-",
+            json!({"destination": VOLUME_AT, "type": "bind", "source": self.path,
+                   "options": ["rbind", propagation]}),
+        );
+        match self.kind {
+            Volume::Private => {}
+            Volume::Shared => bundle = bundle.set("/linux/rootfsPropagation", json!("shared")),
+            Volume::NotTheUsers => {
+                bundle = bundle.set("/process/user", json!({"uid": 1000, "gid": 1000}))
+            }
+        }
+        bundle.write().unwrap()
+    }
+
+    /// What changed in the volume, or was left mounted under it, if anything.
+    fn changes(&self) -> Option<String> {
+        let left: Vec<PathBuf> = mounts_under(&self.path)
+            .into_iter()
+            .filter(|m| *m != self.path)
+            .collect();
+        let digest = tree_digest(&self.path);
+        let mut changes = Vec::new();
+        if !left.is_empty() {
+            changes.push(format!(
+                "mounts remain under the {:?} volume after the container is gone: {left:?}",
+                self.kind
+            ));
+        }
+        if digest != self.digest {
+            changes.push(format!(
+                "the {:?} volume changed:\n{}",
+                self.kind,
+                digest_diff(&self.digest, &digest)
+            ));
+        }
+        (!changes.is_empty()).then(|| changes.join("\n"))
+    }
+}
+
+/// Paths the hook writes or mounts under, and where an image links them into the volume.
+const INTO_THE_VOLUME: &[(&str, &str)] = &[
+    ("/etc", VOLUME_AT),
+    ("/lib/firmware", VOLUME_AT),
+    ("/lib/firmware/nvidia/999.88.77", "/data/fw"),
+    ("/usr/bin", VOLUME_AT),
+    ("/usr/share/vulkan/icd.d", VOLUME_AT),
+    ("/run/nvidia-persistenced", VOLUME_AT),
+    (LIB, VOLUME_AT),
+];
+
+/// The container's user cannot write to a [`Volume::NotTheUsers`] volume.
+const USER_CANNOT_WRITE: (&str, &str) = (
+    "if touch /data/by-the-user 2>/dev/null; then echo user-wrote; else echo user-cannot-write; fi",
+    "user-cannot-write",
+);
+
+#[test]
+fn links_into_a_volume_are_refused_and_leave_it_and_the_host_unchanged() {
+    let lab = Lab::new();
+    let mut cases = Vec::new();
+    for kind in [Volume::Private, Volume::Shared, Volume::NotTheUsers] {
+        // Controls: without a GPU the volume is mounted, unchanged, nothing is left
+        // mounted under it, and its user cannot write to it.
+        let control = Case::new(
+            format!("[{kind:?} volume] control, no GPU"),
+            VOLUME_AT,
+            |_, _| {},
+            Expect::Starts,
+        )
+        .without_gpus()
+        .with_volume(kind)
+        .checking(
+            "[ -f /data/volume-file ] && echo volume-mounted",
+            "volume-mounted",
+        );
+        cases.push(match kind {
+            Volume::NotTheUsers => control.checking(USER_CANNOT_WRITE.0, USER_CANNOT_WRITE.1),
+            _ => control,
+        });
+        for &(path, target) in INTO_THE_VOLUME {
+            let plant = move |rootfs: &Path, _: &Path| replace_with_link(rootfs, path, target);
+            let name = format!("[{kind:?} volume] {path} -> {target}");
+            let case = if path == LIB {
+                let (command, line) = lib64_check();
+                Case::new(name, path, plant, Expect::Starts).checking(&command, &line)
+            } else {
+                Case::new(name, path, plant, Expect::Refused(OTHER_MOUNT))
+            };
+            let case = case.with_volume(kind);
+            cases.push(match kind {
+                Volume::NotTheUsers => case.checking(USER_CANNOT_WRITE.0, USER_CANNOT_WRITE.1),
+                _ => case,
+            });
+        }
+    }
+    // One at a time: a mount that propagates to the host would show in every other
+    // case's snapshot of the host's mount table.
+    run_cases(&lab, &cases, Lab::nvc_bounded, "", 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// The strict policy also holds for annotations.
+
+#[test]
+fn cdi_annotations_give_no_gpu_to_unprivileged_containers_under_the_strict_policy() {
+    let lab = Lab::new();
+    let strict = lab.config_with("strict", |text| {
+        format!("{text}\n[requests]\naccept-envvar-when-unprivileged = false\n")
+    });
+    let rt = Runtime::nvc(&lab.path().join("state-strict"), &strict).with_timeout(BOUND);
+    let script = format!(
+        "echo started; \
+         if ls /dev | grep -q '^nvidia[0-9]'; then echo gpu-nodes; else echo no-gpu-nodes; fi; \
+         if [ -e {LIB}/libcuda.so.1 ]; then echo libcuda; else echo no-libcuda; fi; echo done"
+    );
+    let annotations = json!({"cdi.k8s.io/x": "nvidia.com/gpu=all"});
+    for privileged in [false, true] {
+        let what = if privileged {
+            "a privileged container (control)"
+        } else {
+            "an unprivileged container"
+        };
+        let dir = lab.fresh();
+        let outside = Outside::new(&dir, lab.path());
+        let bundle = lab.bundle(&dir.join("rootfs"), &[], &script);
+        let bundle = if privileged {
+            bundle.privileged()
+        } else {
+            bundle
+        };
+        let bundle = bundle
+            .set("/annotations", annotations.clone())
+            .write()
+            .unwrap();
+        let out = rt.run(&bundle, &container_id("nvc-hostile-strict"));
+        assert!(!out.timed_out, "{what}: not done within {BOUND:?}: {out:?}");
+        assert!(
+            out.success() && out.stdout.contains("done"),
+            "{what}: {out:?}\n{}",
+            tail(&lab.nvc_log(), 20)
+        );
+        let want = if privileged {
+            ["gpu-nodes", "libcuda"]
+        } else {
+            ["no-gpu-nodes", "no-libcuda"]
+        };
+        for line in want {
+            assert!(
+                out.stdout.lines().any(|l| l == line),
+                "{what} with annotation {annotations} under accept-envvar-when-unprivileged \
+                 = false: wanted {line:?}\n{out:?}"
+            );
+        }
+        outside.assert_untouched(what);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Image strings in logs.
+
+/// A line shaped like nvc's own log lines (`libnvc::logging`).
+const FORGED_LINE: &str = "1700000000.000000 nvc-hook [1] ERROR: forged-by-image";
+
+#[test]
+fn image_strings_are_escaped_in_the_nvc_log_and_in_messages() {
+    let lab = Lab::new();
+    // A newline, then a forged log line, then an ESC sequence that clears a terminal.
+    let target = format!("/nvc-missing\n{FORGED_LINE}\x1b[2J");
+    let rt = lab.nvc_bounded();
+    let mut problems = Vec::new();
+    for path in ["/usr/bin", "/lib/firmware/nvidia/999.88.77"] {
+        let dir = lab.fresh();
+        let rootfs = dir.join("rootfs");
+        let outside = Outside::new(&dir, lab.path());
+        replace_with_link(&rootfs, path, &target);
+        let bundle = lab.bundle(&rootfs, &all_gpus(), "echo started");
+        let out = rt.run(&bundle, &container_id("nvc-hostile-log"));
+        assert!(!out.timed_out, "{path}: not done within {BOUND:?}: {out:?}");
+        assert!(!out.success(), "{path}: started: {out:?}");
+        let said = message(&out);
+        assert!(
+            said.contains(path) && said.contains("dangling symbolic link"),
+            "{path}: {said:?}\n{out:?}"
+        );
+        // What runc shows: nvc's message is one line, with no forged line and no ESC.
+        let shown = std::iter::once(out.stderr.clone()).chain(out.log_messages());
+        for text in shown.filter(|t| t.contains("nvc-hook: ")) {
+            if text.contains('\x1b') {
+                problems.push(format!("{path}: runc shows a raw ESC: {text:?}"));
+            }
+            if text.lines().any(|l| l.starts_with(FORGED_LINE)) {
+                problems.push(format!(
+                    "{path}: runc shows the forged line as a line of its own: {text:?}"
+                ));
+            }
+            // From the start of nvc's message to the image's text: runc may add lines
+            // after the message, the image's newline comes before its forged line.
+            let at = text.find("nvc-hook: ").unwrap_or_default();
+            let message = &text[at..];
+            let upto = message.find("forged-by-image").unwrap_or(message.len());
+            if message[..upto].contains('\n') {
+                problems.push(format!(
+                    "{path}: nvc's message has a raw newline: {message:?}"
+                ));
+            }
+        }
+        outside.assert_untouched(path);
+    }
+    let log = lab.nvc_log();
+    if let Some(l) = log.lines().find(|l| l.starts_with(FORGED_LINE)) {
+        problems.push(format!("the image forged a line of nvc's log: {l:?}"));
+    }
+    if log.contains('\x1b') {
+        problems.push("nvc's log holds a raw ESC".into());
+    }
+    if !log.contains(&format!("\\n{FORGED_LINE}")) {
+        problems.push("nvc's log does not show the link's target escaped (backslash-n)".into());
+    }
+    assert!(
+        problems.is_empty(),
+        "{}\nnvc log tail:\n{}",
+        problems.join("\n"),
+        tail(&log, 12)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// root.path is the host's root directory.
+
+/// An overlay whose lower layer is the host's `/` and whose upper and work layers are
+/// on a tmpfs in the lab: mounted over `/` in a mount namespace of its own, whatever is
+/// written to "/" there lands in the upper layer, never on the host.
+struct Overlay {
+    tmpfs: TestMount,
+}
+
+impl Overlay {
+    fn new(lab: &Lab, name: &str) -> Overlay {
+        let tmpfs = TestMount::tmpfs(&lab.path().join(name), "size=64m,mode=0700").unwrap();
+        for d in ["upper", "work", "merged"] {
+            std::fs::create_dir(tmpfs.path().join(d)).unwrap();
+        }
+        Overlay { tmpfs }
+    }
+
+    fn layer(&self, name: &str) -> PathBuf {
+        self.tmpfs.path().join(name)
+    }
+
+    /// `mount` options for it.
+    fn options(&self) -> String {
+        format!(
+            "lowerdir=/,upperdir={},workdir={}",
+            self.layer("upper").display(),
+            self.layer("work").display()
+        )
+    }
+
+    /// A `sleep` in a new mount namespace whose `/` has the overlay mounted over it.
+    fn holder(&self) -> KillOnDrop {
+        let script = format!(
+            "mount -t overlay overlay -o {} / && echo ready && exec sleep 120",
+            self.options()
+        );
+        let mut child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        let stdout = child.stdout.take().unwrap();
+        let held = KillOnDrop(child);
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut ready).unwrap();
+        assert_eq!(
+            ready.trim(),
+            "ready",
+            "the overlay could not be mounted over /"
+        );
+        let mountinfo = std::fs::read_to_string(format!("/proc/{}/mountinfo", held.pid())).unwrap();
+        assert!(
+            mountinfo.lines().any(|l| l.split(' ').nth(4) == Some("/")
+                && l.contains(" - overlay ")
+                && l.contains(&self.options())),
+            "no overlay over / in the holder's namespace:\n{mountinfo}"
+        );
+        held
+    }
+
+    /// Every path in the upper layer, with its type for what is not a folder.
+    fn written(&self, files_only: bool) -> Vec<String> {
+        tree_digest(&self.layer("upper"))
+            .lines()
+            .skip(1)
+            .filter(|l| !files_only || !l.ends_with(" dir"))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+#[test]
+fn the_hook_refuses_the_hosts_root_directory_as_rootfs() {
+    let lab = Lab::new();
+    let outside = Outside::new(lab.path(), lab.path());
+    let overlay = Overlay::new(&lab, "overlay");
+    // The container's init stand-in: the hook enters its mount namespace, whose "/" is
+    // the overlay, so that a hook that goes ahead writes into the overlay, not the host.
+    let holder = overlay.holder();
+    let bundle = Bundle::new(&lab.path().join("bundle-host-root"), Path::new("/"))
+        .unwrap()
+        .env(&all_gpus())
+        // Every device allowed: a hook that went ahead grants nothing to the cgroup the
+        // test runs in, which the holder shares.
+        .set(
+            "/linux/resources/devices",
+            json!([{"allow": true, "access": "rwm"}]),
+        )
+        .write()
+        .unwrap();
+    assert_eq!(bundle.config["root"]["path"], "/");
+    let begun = Instant::now();
+    let out = lab.hook(&lab.config, &oci_state(holder.pid(), &bundle));
+    let took = begun.elapsed();
+    drop(holder);
+    let written = overlay.written(false);
+    assert!(
+        !out.timed_out,
+        "the hook did not end within {BOUND:?}: {out:?}"
+    );
+    assert!(
+        !out.success() && out.stderr.contains(HOST_ROOT),
+        "root.path \"/\" was not refused as the host's root directory ({took:?}): {out:?}\n\
+         it wrote {} entries into \"/\" (the overlay's upper layer), e.g. {:?}\n{}",
+        written.len(),
+        written.iter().find(|l| l.contains("ld.so.cache")),
+        tail(&lab.nvc_log(), 10)
+    );
+    assert!(
+        written.is_empty(),
+        "the hook wrote into \"/\" (the overlay's upper layer): {written:#?}"
+    );
+    outside.assert_untouched("root.path \"/\" through the hook");
+}
+
+/// A low-level runtime that only records that it ran: `runc` is never reached.
+const RECORDING_RUNTIME: &str = "#!/bin/sh\necho \"$@\" >>\"$(dirname \"$0\")/runtime-ran\"\n";
+
+#[test]
+fn nvc_runtime_refuses_the_hosts_root_directory_before_the_runtime_runs() {
+    let lab = Lab::new();
+    let outside = Outside::new(lab.path(), lab.path());
+    let overlay = Overlay::new(&lab, "overlay");
+    let fake = lab.path().join("fake-runtime");
+    std::fs::create_dir(&fake).unwrap();
+    let runtime = fake.join("runc");
+    std::fs::write(&runtime, RECORDING_RUNTIME).unwrap();
+    std::fs::set_permissions(
+        &runtime,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let ran = fake.join("runtime-ran");
+    let config = lab.config_with("recording-runtime", |text| {
+        let line = text.lines().find(|l| l.starts_with("runtimes = ")).unwrap();
+        let with = format!("runtimes = [\"{}\"]", runtime.display());
+        text.replace(line, &with)
+    });
+    let bundle = Bundle::new(&lab.path().join("bundle-host-root"), Path::new("/"))
+        .unwrap()
+        .env(&all_gpus())
+        .write()
+        .unwrap();
+    let shim = workspace_bin("nvc-runtime");
+    let bin_dir = shim.parent().unwrap().to_path_buf();
+    let state = lab.path().join("state-host-root");
+    let log = state.join("runc.log");
+    // The shim runs as pid 1 of new mount and pid namespaces whose "/" is the overlay
+    // (pivot_root): if it went ahead, whatever it or anything it ran wrote to "/" would
+    // land in the overlay. The lab and the binaries are bound in from the host.
+    let merged = overlay.layer("merged");
+    let script = format!(
+        "set -e; M='{m}'; \
+         mount -t overlay overlay -o {options} \"$M\"; \
+         for d in '{lab}' '{bin}'; do mkdir -p \"$M$d\"; mount --bind \"$d\" \"$M$d\"; done; \
+         mount -t proc proc \"$M/proc\"; mount --rbind /dev \"$M/dev\"; mount --rbind /sys \"$M/sys\"; \
+         cd \"$M\"; mkdir .nvc-old-root; pivot_root . .nvc-old-root; umount -l /.nvc-old-root; \
+         rmdir /.nvc-old-root; cd /; \
+         exec env NVC_CONFIG='{config}' '{shim}' --root '{state}' --log '{log}' --log-format json \
+           run --bundle '{bundle}' nvc-hostile-host-root",
+        m = merged.display(),
+        options = overlay.options(),
+        lab = lab.path().display(),
+        bin = bin_dir.display(),
+        config = config.display(),
+        shim = shim.display(),
+        state = state.display(),
+        log = log.display(),
+        bundle = bundle.dir.display(),
+    );
+    std::fs::create_dir_all(&state).unwrap();
+    let mut command = Command::new("unshare");
+    command.args([
+        "--mount",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let out = run_command(&mut command, lab.path(), BOUND);
+    let said = format!(
+        "{}\n{}",
+        out.stderr,
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert!(!out.timed_out, "not done within {BOUND:?}: {out:?}");
+    assert!(
+        !ran.exists(),
+        "nvc-runtime ran the low-level runtime for root.path \"/\": {:?}\n{out:?}\n{said}",
+        std::fs::read_to_string(&ran).unwrap_or_default()
+    );
+    assert!(
+        !out.success() && said.contains(HOST_ROOT),
+        "root.path \"/\" was not refused as the host's root directory: {out:?}\n{said}"
+    );
+    // The mount points made for the binds may be there; nothing else.
+    let written = overlay.written(true);
+    assert!(
+        written.is_empty(),
+        "something wrote into \"/\" (the overlay's upper layer): {written:#?}"
+    );
+    outside.assert_untouched("root.path \"/\" through nvc-runtime");
+}
+
+// ---------------------------------------------------------------------------------------
+// A forged state.
+
+#[test]
+fn a_state_pid_in_the_hooks_own_mount_namespace_is_refused() {
+    let lab = Lab::new();
+    let dir = lab.fresh();
+    let rootfs = dir.join("rootfs");
+    let outside = Outside::new(&dir, lab.path());
+    let before = tree_digest(&rootfs);
+    // A host process, in the mount namespace the test and so the hook run in.
+    let host_process = KillOnDrop(
+        Command::new("sleep")
+            .arg("120")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let bundle = lab
+        .bundle(&rootfs, &all_gpus(), "true")
+        // Every device allowed: a hook that went ahead grants nothing to the cgroup the
+        // test runs in, which the sleep shares.
+        .set(
+            "/linux/resources/devices",
+            json!([{"allow": true, "access": "rwm"}]),
+        )
+        .write()
+        .unwrap();
+    let out = lab.hook(&lab.config, &oci_state(host_process.pid(), &bundle));
+    drop(host_process);
+    // What a hook that went ahead left: mounts in the host's namespace, on the rootfs.
+    let leaked = mounts_under(lab.path());
+    let tree_changed = outside.tree_change();
+    let host_changed = outside.changes();
+    let swept = Sweep::new(lab.path()).now();
+    let after = tree_digest(&rootfs);
+    assert!(
+        !out.timed_out,
+        "the hook did not end within {BOUND:?}: {out:?}"
+    );
+    assert!(
+        !out.success() && out.stderr.contains(OWN_NAMESPACE),
+        "a state pid in the hook's own mount namespace was not refused: {out:?}\n\
+         it left {} mounts in the host's namespace, e.g. {:?} ({swept:?})\n{}",
+        leaked.len(),
+        leaked.first(),
+        tail(&lab.nvc_log(), 10)
+    );
+    assert!(
+        leaked.is_empty(),
+        "the hook mounted into the host's mount namespace: {leaked:#?} ({swept:?})"
+    );
+    assert!(tree_changed.is_none(), "the outside tree changed");
+    assert!(host_changed.is_none(), "{host_changed:?}");
+    assert!(
+        before == after,
+        "the rootfs changed:\n{}",
+        digest_diff(&before, &after)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// root.readonly.
+
+/// The lines of two [`tree_digest`]s that differ: `-` only before, `+` only after.
+fn digest_diff(before: &str, after: &str) -> String {
+    let old: std::collections::BTreeSet<&str> = before.lines().collect();
+    let new: std::collections::BTreeSet<&str> = after.lines().collect();
+    let mut out: Vec<String> = old.difference(&new).map(|l| format!("- {l}")).collect();
+    out.extend(new.difference(&old).map(|l| format!("+ {l}")));
+    out.join("\n")
+}
+
+/// `bundle` with root.readonly, saved.
+fn read_only(bundle: Bundle) -> Bundle {
+    bundle.readonly(true).write().unwrap()
+}
+
+#[test]
+fn a_read_only_rootfs_that_lacks_mount_points_is_refused_and_left_unchanged() {
+    let lab = Lab::new();
+    let rt = lab.nvc_bounded();
+    // Control: runc alone leaves a read-only rootfs as it was, so any change is nvc's.
+    let dir = lab.fresh();
+    let rootfs = dir.join("rootfs");
+    let before = tree_digest(&rootfs);
+    let out = rt.run(
+        &read_only(lab.bundle(&rootfs, &[], "echo started")),
+        &container_id("nvc-hostile-ro"),
+    );
+    assert!(out.success() && out.stdout.contains("started"), "{out:?}");
+    assert_eq!(
+        tree_digest(&rootfs),
+        before,
+        "runc alone changed the rootfs"
+    );
+
+    let dir = lab.fresh();
+    let rootfs = dir.join("rootfs");
+    let outside = Outside::new(&dir, lab.path());
+    let before = tree_digest(&rootfs);
+    let out = rt.run(
+        &read_only(lab.bundle(&rootfs, &all_gpus(), "echo started")),
+        &container_id("nvc-hostile-ro"),
+    );
+    let after = tree_digest(&rootfs);
+    assert!(!out.timed_out, "not done within {BOUND:?}: {out:?}");
+    assert!(
+        !out.success() && message(&out).contains(READ_ONLY),
+        "a read-only rootfs without the mount points nvc needs was not refused: {out:?}\n\
+         the rootfs changed:\n{}",
+        digest_diff(&before, &after)
+    );
+    assert!(
+        before == after,
+        "nvc changed a read-only rootfs:\n{}",
+        digest_diff(&before, &after)
+    );
+    outside.assert_untouched("root.readonly");
+}
+
+/// One entry of a [`tree_digest`]: the relative path, the mode, the kind.
+fn digest_entries(digest: &str) -> std::collections::BTreeMap<String, (u32, String)> {
+    digest
+        .lines()
+        .filter_map(|l| {
+            let mut fields = l.split(' ');
+            let path = fields.next()?.to_string();
+            let mode = u32::from_str_radix(fields.next()?, 8).ok()?;
+            let _owner = fields.next()?;
+            let kind = fields.next()?.to_string();
+            Some((path, (mode, kind)))
+        })
+        .collect()
+}
+
+#[test]
+fn a_read_only_rootfs_with_every_mount_point_in_place_starts_unchanged() {
+    let lab = Lab::new();
+    let rt = lab.nvc_bounded();
+    // Learn what nvc creates: the same image, writable.
+    let dir = lab.fresh();
+    let rootfs = dir.join("rootfs");
+    let before = digest_entries(&tree_digest(&rootfs));
+    let out = rt.run(
+        &lab.bundle(&rootfs, &all_gpus(), "echo started"),
+        &container_id("nvc-hostile-ro"),
+    );
+    assert!(out.success() && out.stdout.contains("started"), "{out:?}");
+    let created: Vec<(String, (u32, String))> = digest_entries(&tree_digest(&rootfs))
+        .into_iter()
+        .filter(|(path, _)| !before.contains_key(path))
+        .collect();
+    assert!(
+        created
+            .iter()
+            .any(|(p, _)| p.ends_with(&format!("libcuda.so.{VERSION}"))),
+        "no libcuda mount point among what nvc created: {created:#?}"
+    );
+
+    // The mount points made beforehand, as plain files and folders; not the links nvc
+    // makes, nor the cache.
+    let dir = lab.fresh();
+    let rootfs = dir.join("rootfs");
+    let outside = Outside::new(&dir, lab.path());
+    let mut made = Vec::new();
+    for (path, (mode, kind)) in &created {
+        let p = rootfs.join(path);
+        match kind.as_str() {
+            "dir" => std::fs::create_dir(&p).unwrap(),
+            "file" => std::fs::write(&p, "").unwrap(),
+            _ => continue,
+        }
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(*mode)).unwrap();
+        made.push(path.as_str());
+    }
+    let before = tree_digest(&rootfs);
+    let readable = format!(
+        "head -c 4 {LIB}/libcuda.so.{VERSION} | grep -q ELF && echo libcuda-readable; echo done"
+    );
+    let out = rt.run(
+        &read_only(lab.bundle(&rootfs, &all_gpus(), &readable)),
+        &container_id("nvc-hostile-ro"),
+    );
+    let after = tree_digest(&rootfs);
+    assert!(!out.timed_out, "not done within {BOUND:?}: {out:?}");
+    assert!(
+        out.success() && out.stdout.lines().any(|l| l == "libcuda-readable"),
+        "a read-only rootfs with the mount points {made:?} did not start with libcuda: {out:?}\n{}",
+        tail(&lab.nvc_log(), 10)
+    );
+    assert!(
+        before == after,
+        "nvc changed a read-only rootfs:\n{}",
+        digest_diff(&before, &after)
+    );
+    outside.assert_untouched("root.readonly with mount points");
 }
