@@ -2265,7 +2265,7 @@ fn read_only(bundle: Bundle) -> Bundle {
 }
 
 #[test]
-fn a_read_only_rootfs_that_lacks_mount_points_is_refused_and_left_unchanged() {
+fn a_read_only_rootfs_gets_only_empty_mount_points_and_keeps_every_file() {
     let lab = Lab::new();
     let rt = lab.nvc_bounded();
     // Control: runc alone leaves a read-only rootfs as it was, so any change is nvc's.
@@ -2283,27 +2283,46 @@ fn a_read_only_rootfs_that_lacks_mount_points_is_refused_and_left_unchanged() {
         "runc alone changed the rootfs"
     );
 
+    // nvc in a read-only rootfs adds only what the runtime adds for the spec's own mounts:
+    // empty mount points. Its soname names are mounts of the library, and its ld.so.cache
+    // is mounted over the image's.
     let dir = lab.fresh();
     let rootfs = dir.join("rootfs");
     let outside = Outside::new(&dir, lab.path());
     let before = tree_digest(&rootfs);
+    let script = format!(
+        "head -c 4 {LIB}/libcuda.so.1 | grep -q ELF && echo soname-readable; \
+         [ ! -L {LIB}/libcuda.so.1 ] && echo soname-not-a-link; echo done"
+    );
     let out = rt.run(
-        &read_only(lab.bundle(&rootfs, &all_gpus(), "echo started")),
+        &read_only(lab.bundle(&rootfs, &all_gpus(), &script)),
         &container_id("nvc-hostile-ro"),
     );
     let after = tree_digest(&rootfs);
     assert!(!out.timed_out, "not done within {BOUND:?}: {out:?}");
+    for line in ["soname-readable", "soname-not-a-link"] {
+        assert!(
+            out.success() && out.stdout.lines().any(|l| l == line),
+            "a read-only GPU container did not print {line}: {out:?}\n{}",
+            tail(&lab.nvc_log(), 10)
+        );
+    }
+    let old: std::collections::BTreeSet<&str> = before.lines().collect();
+    let new: std::collections::BTreeSet<&str> = after.lines().collect();
+    let changed: Vec<&&str> = old.difference(&new).collect();
     assert!(
-        !out.success() && message(&out).contains(READ_ONLY),
-        "a read-only rootfs without the mount points nvc needs was not refused: {out:?}\n\
-         the rootfs changed:\n{}",
+        changed.is_empty(),
+        "nvc changed files of a read-only rootfs:\n{}",
         digest_diff(&before, &after)
     );
-    assert!(
-        before == after,
-        "nvc changed a read-only rootfs:\n{}",
-        digest_diff(&before, &after)
-    );
+    let added: Vec<&&str> = new.difference(&old).collect();
+    assert!(!added.is_empty(), "no mount point was made");
+    for line in added {
+        assert!(
+            line.ends_with(" dir") || line.contains(" file 0 bytes "),
+            "nvc wrote more than an empty mount point into a read-only rootfs: {line}"
+        );
+    }
     outside.assert_untouched("root.readonly");
 }
 
@@ -2346,8 +2365,8 @@ fn a_read_only_rootfs_with_every_mount_point_in_place_starts_unchanged() {
         "no libcuda mount point among what nvc created: {created:#?}"
     );
 
-    // The mount points made beforehand, as plain files and folders; not the links nvc
-    // makes, nor the cache.
+    // The mount points made beforehand, as plain files and folders; where nvc makes a
+    // link in a writable rootfs, a read-only one gets a mount of the file: an empty file.
     let dir = lab.fresh();
     let rootfs = dir.join("rootfs");
     let outside = Outside::new(&dir, lab.path());
@@ -2357,6 +2376,7 @@ fn a_read_only_rootfs_with_every_mount_point_in_place_starts_unchanged() {
         match kind.as_str() {
             "dir" => std::fs::create_dir(&p).unwrap(),
             "file" => std::fs::write(&p, "").unwrap(),
+            "link" if !path.ends_with("ld.so.cache") => std::fs::write(&p, "").unwrap(),
             _ => continue,
         }
         std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(*mode)).unwrap();
