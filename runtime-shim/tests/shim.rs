@@ -275,6 +275,35 @@ fn containers_without_gpus_keep_their_spec_untouched() {
     }
 }
 
+/// With `accept-envvar-when-unprivileged = false`, an unprivileged container's
+/// `cdi.k8s.io/` annotations select no GPU, as its variables do not: the spec is left
+/// alone (with the empty driver root, reading them would have failed discovery), while
+/// a privileged container's annotation is read (and fails here for want of a driver).
+#[test]
+fn strict_policy_ignores_an_unprivileged_containers_annotations() {
+    let w = World::new();
+    let empty = w.dir.path().join("no-driver");
+    w.write_config(&format!(
+        "[driver]\nroot = {e}\ndev-root = {e}\nproc-root = {e}\n\n[log]\nfile = \"\"\n\n\
+         [requests]\naccept-envvar-when-unprivileged = false\n",
+        e = toml_string(&empty)
+    ));
+    let bundle = w.bundle.to_str().unwrap();
+    let mut spec = spec_with_env(&["PATH=/bin"]);
+    spec["annotations"] = json!({"cdi.k8s.io/gpu": "nvidia.com/gpu=0"});
+    let bytes = w.write_spec(&spec);
+    ok(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+    assert!(w.recorded().is_some());
+    assert_eq!(fs::read(w.spec_path()).unwrap(), bytes);
+
+    spec["process"]["capabilities"]["bounding"] = json!(["CAP_SYS_ADMIN"]);
+    let bytes = w.write_spec(&spec);
+    let _ = fs::remove_file(&w.record);
+    failed(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+    assert!(w.recorded().is_none());
+    assert_eq!(fs::read(w.spec_path()).unwrap(), bytes);
+}
+
 #[test]
 fn gpu_request_without_a_driver_fails_before_the_runtime() {
     let w = World::new();
