@@ -607,3 +607,27 @@ fn a_rootfs_whose_dev_is_a_link_is_refused_before_the_runtime() {
     w.write_spec(&spec_with_env(&["PATH=/bin"]));
     ok(&w.shim(&["create", "--bundle", w.bundle.to_str().unwrap(), "ctr"]));
 }
+
+/// Control characters from the spec (here in the rootfs path a message names) reach
+/// stderr and runc's log escaped: one line, no terminal escape codes.
+#[test]
+fn messages_quoting_the_spec_are_escaped() {
+    let w = World::new();
+    let name = "root\nfs\u{1b}[2J";
+    let rootfs = w.bundle.join(name);
+    fs::create_dir(&rootfs).unwrap();
+    std::os::unix::fs::symlink("/outside\r\n", rootfs.join("dev")).unwrap();
+    let mut spec = spec_with_env(&["PATH=/bin"]);
+    spec["root"]["path"] = json!(name);
+    w.write_spec(&spec);
+    let log = w.dir.path().join("runc.log");
+    let bundle = w.bundle.to_str().unwrap();
+    let log_arg = log.to_str().unwrap();
+    let err = failed(&w.shim(&["--log", log_arg, "create", "--bundle", bundle, "ctr"]));
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+    assert!(err.contains("/outside\\r\\n"), "{err}");
+    assert!(err.contains("root\\nfs\\u{1b}[2J"), "{err}");
+    let line = fs::read_to_string(&log).unwrap();
+    assert_eq!(line.lines().count(), 1, "{line:?}");
+    assert!(line.contains("root\\\\nfs\\\\u{1b}[2J"), "{line}");
+}

@@ -448,7 +448,10 @@ pub fn render(report: &BundleReport) -> String {
     }
     out.push('\n');
     match (&report.error, report.gpu_support) {
-        (Some(e), _) => out.push_str(&format!("The container would not start: {e}\n")),
+        (Some(e), _) => out.push_str(&format!(
+            "The container would not start: {}\n",
+            libnvc::logging::shorten(e)
+        )),
         (None, true) => out.push_str("The container would start with the GPUs above.\n"),
         (None, false) => out.push_str("The container would start, without GPU support.\n"),
     }
