@@ -608,6 +608,46 @@ fn a_rootfs_whose_dev_is_a_link_is_refused_before_the_runtime() {
     ok(&w.shim(&["create", "--bundle", w.bundle.to_str().unwrap(), "ctr"]));
 }
 
+/// A GPU container whose rootfs is the host's `/` (by name, through a link, or a bind
+/// mount: compared by device and inode) is refused before the runtime runs, its spec
+/// untouched; a container that asks for no GPU is left to the runtime.
+#[test]
+fn a_gpu_container_on_the_host_root_is_refused_before_the_runtime() {
+    let w = World::new();
+    let link = w.bundle.join("host-root");
+    std::os::unix::fs::symlink("/", &link).unwrap();
+    let bundle = w.bundle.to_str().unwrap();
+    for root in ["/", link.to_str().unwrap(), "host-root"] {
+        let mut spec = spec_with_env(&["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"]);
+        spec["root"]["path"] = json!(root);
+        let bytes = w.write_spec(&spec);
+        let _ = fs::remove_file(&w.record);
+        let err = failed(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+        let shown = if root == "host-root" {
+            link.display().to_string()
+        } else {
+            root.to_string()
+        };
+        assert_eq!(
+            err,
+            format!(
+                "nvc-runtime: the container's root filesystem {shown} is the host's root \
+                 directory: nvc will not set up a GPU container there (root.path in {})",
+                w.spec_path().display()
+            )
+        );
+        assert!(w.recorded().is_none(), "the runtime ran: {root}");
+        assert_eq!(fs::read(w.spec_path()).unwrap(), bytes, "{root}");
+    }
+    // No GPU asked for: the runtime decides.
+    let mut spec = spec_with_env(&["PATH=/bin"]);
+    spec["root"]["path"] = json!("/");
+    let bytes = w.write_spec(&spec);
+    ok(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+    assert!(w.recorded().is_some());
+    assert_eq!(fs::read(w.spec_path()).unwrap(), bytes);
+}
+
 /// Control characters from the spec (here in the rootfs path a message names) reach
 /// stderr and runc's log escaped: one line, no terminal escape codes.
 #[test]
