@@ -17,6 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
+use libnvc::logging::shorten;
 use serde::Serialize;
 
 /// Options of `nvc check`.
@@ -297,7 +298,9 @@ fn emit(text: &str) -> Result<(), CheckError> {
     }
 }
 
-/// The table: mark, check, detail; a fix on its own line under the detail.
+/// The table: mark, check, detail; a fix on its own line under the detail. Details quote
+/// what a bundle's spec holds (variables, annotations, paths): each cell is escaped and
+/// bounded ([`libnvc::logging::shorten`]), so a row stays one line of text.
 pub fn render_rows(rows: &[Row]) -> String {
     let width = rows
         .iter()
@@ -310,10 +313,10 @@ pub fn render_rows(rows: &[Row]) -> String {
             "{} {:<width$}  {}\n",
             r.status.mark(),
             r.check,
-            r.detail
+            shorten(&r.detail)
         ));
         if let Some(fix) = &r.fix {
-            out.push_str(&format!("  {:<width$}  fix: {fix}\n", ""));
+            out.push_str(&format!("  {:<width$}  fix: {}\n", "", shorten(fix)));
         }
     }
     out
@@ -338,8 +341,13 @@ fn summary(rows: &[Row]) -> String {
     }
 }
 
-/// Aligned columns, for the edits of `--bundle`.
+/// Aligned columns, for the edits of `--bundle`; cells are escaped and bounded like
+/// [`render_rows`]'s.
 pub fn render_table(rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| shorten(cell).into_owned()).collect())
+        .collect();
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -375,6 +383,22 @@ pub fn show(path: &Path) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn rows_and_tables_escape_what_the_spec_holds() {
+        let rows = [Row::fail(
+            "request",
+            "unknown device \"0\n✔ forged  row\u{1b}[2K\"",
+            "fix\tit",
+        )];
+        let text = render_rows(&rows);
+        assert_eq!(
+            text,
+            "✘ request  unknown device \"0\\n✔ forged  row\\u{1b}[2K\"\n           fix: fix\\tit\n"
+        );
+        let table = render_table(&[vec!["a\nb".into(), "c\u{9b}d".into()]]);
+        assert_eq!(table, "a\\nb  c\\u{9b}d\n");
+    }
 
     #[test]
     fn findings_fold_into_the_worst() {

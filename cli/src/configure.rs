@@ -258,7 +258,7 @@ pub fn run(args: &ConfigureArgs) -> Result<(), ConfigureError> {
         ));
     }
     for w in &warnings {
-        eprintln!("nvc: warning: {w}");
+        eprintln!("nvc: warning: {}", libnvc::logging::shorten(w));
     }
     let changes: Vec<Change> = changes.into_iter().filter(Change::changes).collect();
     if changes.is_empty() {
@@ -773,7 +773,7 @@ fn podman_changes(args: &ConfigureArgs) -> Result<Vec<Change>, ConfigureError> {
     if !hook.exists() {
         eprintln!(
             "nvc: warning: {} does not exist yet: podman refuses hook files whose hook is missing",
-            hook.display()
+            libnvc::logging::sanitize(&hook.display().to_string())
         );
     }
     Ok(vec![Change::Write {

@@ -85,7 +85,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("nvc: {}", libnvc::edits::error_chain(e.as_ref()));
+            let chain = libnvc::edits::error_chain(e.as_ref());
+            eprintln!("nvc: {}", libnvc::logging::shorten(&chain));
             ExitCode::FAILURE
         }
     }

@@ -167,7 +167,8 @@ pub struct RequestsConfig {
     pub default_capabilities: Vec<String>,
     /// Capabilities containers may ask for.
     pub supported_capabilities: Vec<String>,
-    /// Honour `NVIDIA_VISIBLE_DEVICES` in unprivileged containers.
+    /// Honour `NVIDIA_VISIBLE_DEVICES` (and the `cdi.k8s.io/` annotations) in
+    /// unprivileged containers.
     pub accept_envvar_when_unprivileged: bool,
     /// Skip every `NVIDIA_REQUIRE_*` check.
     pub disable_require: bool,

@@ -16,7 +16,10 @@ pub fn dispatch(mode: &str) -> Option<ExitCode> {
     Some(match run(mode, &args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("nvc-hook {mode}: {}", libnvc::edits::error_chain(&e));
+            eprintln!(
+                "nvc-hook {mode}: {}",
+                libnvc::logging::shorten(&libnvc::edits::error_chain(&e))
+            );
             ExitCode::FAILURE
         }
     })

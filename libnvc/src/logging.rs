@@ -1,7 +1,14 @@
 //! Logging to the configured file (`[log]` in the config). The binaries call [`init`]
 //! once at start; a log file that cannot be opened turns logging off rather than
 //! failing the container.
+//!
+//! Messages quote what images and their users control (variables, annotations, paths
+//! in the rootfs): every line written ([`FileLogger`]'s, and whatever goes through
+//! [`shorten`] to stderr or runc's log) is one line without control characters, so a
+//! value can neither forge another log line nor send escape codes to a terminal.
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::sync::Mutex;
@@ -9,6 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use nvc_config::{LogConfig, LogLevel};
 
+/// The logger [`init`] installs: one line per record, appended to the configured file.
 struct FileLogger {
     program: &'static str,
     file: Mutex<File>,
@@ -27,6 +35,7 @@ impl log::Log for FileLogger {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
+        let message = record.args().to_string();
         let line = format!(
             "{}.{:06} {} [{}] {}: {}\n",
             now.as_secs(),
@@ -34,7 +43,7 @@ impl log::Log for FileLogger {
             self.program,
             std::process::id(),
             record.level(),
-            record.args()
+            shorten(&message)
         );
         if let Ok(mut f) = self.file.lock() {
             // One write per line, so concurrent processes appending to the same file
@@ -87,10 +96,43 @@ pub fn init(config: &LogConfig, program: &'static str) -> bool {
 /// value a real message names.
 pub const MAX_MESSAGE: usize = 4096;
 
-/// `message` cut to about [`MAX_MESSAGE`] bytes, keeping its start and end and saying how
-/// much was left out. A container's environment can hold values of megabytes; a message
-/// quoting one whole would flood the runtime's log and the user's terminal.
-pub fn shorten(message: &str) -> std::borrow::Cow<'_, str> {
+/// `message` with every control character escaped (see [`sanitize`]), then cut to about
+/// [`MAX_MESSAGE`] bytes, keeping its start and end and saying how much was left out. A
+/// container's environment can hold values of megabytes; a message quoting one whole
+/// would flood the runtime's log and the user's terminal.
+pub fn shorten(message: &str) -> Cow<'_, str> {
+    match sanitize(message) {
+        Cow::Borrowed(clean) => cut(clean),
+        Cow::Owned(clean) => Cow::Owned(cut(&clean).into_owned()),
+    }
+}
+
+/// `message` with every control character (`char::is_control`: C0, newline, carriage
+/// return and tab included, DEL, C1) replaced by an escape: `\n`, `\r`, `\t`, else
+/// `\u{1b}`. The result is one line that sends no escape codes to a terminal; it is
+/// borrowed when nothing needed escaping, and escaping it again changes nothing.
+pub fn sanitize(message: &str) -> Cow<'_, str> {
+    if !message.chars().any(char::is_control) {
+        return Cow::Borrowed(message);
+    }
+    let mut out = String::with_capacity(message.len() + 16);
+    for c in message.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                // Writing to a String cannot fail.
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `message` cut to about [`MAX_MESSAGE`] bytes (see [`shorten`]).
+fn cut(message: &str) -> Cow<'_, str> {
     if message.len() <= MAX_MESSAGE {
         return message.into();
     }
@@ -128,6 +170,89 @@ mod tests {
         assert_eq!(shorten("cannot open /x"), "cannot open /x");
         let exact = "a".repeat(MAX_MESSAGE);
         assert_eq!(shorten(&exact), exact);
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        let cases = [
+            ("a\nb", "a\\nb"),
+            ("a\r\nforged line", "a\\r\\nforged line"),
+            ("col\tcol", "col\\tcol"),
+            ("\u{1b}[31mred\u{1b}[0m", "\\u{1b}[31mred\\u{1b}[0m"),
+            ("del\u{7f}", "del\\u{7f}"),
+            ("csi\u{9b}2J", "csi\\u{9b}2J"),
+            ("nul\0", "nul\\u{0}"),
+            ("bell\u{7}", "bell\\u{7}"),
+        ];
+        for (input, want) in cases {
+            let got = sanitize(input);
+            assert_eq!(got, want, "{input:?}");
+            assert!(matches!(got, Cow::Owned(_)), "{input:?}");
+            assert!(!got.chars().any(char::is_control), "{input:?}");
+            // Escaping again changes nothing.
+            assert!(matches!(sanitize(&got), Cow::Borrowed(_)), "{input:?}");
+            assert_eq!(shorten(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn clean_messages_are_borrowed_unchanged() {
+        for clean in [
+            "",
+            "cannot open /x",
+            "GPU-ÄÖÜ 日本語 🚀 \\n (an escaped backslash stays)",
+            "zero\u{200b}width and bidi \u{202e} are not control characters",
+        ] {
+            assert!(
+                matches!(sanitize(clean), Cow::Borrowed(s) if s == clean),
+                "{clean:?}"
+            );
+            assert!(
+                matches!(shorten(clean), Cow::Borrowed(s) if s == clean),
+                "{clean:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_messages_with_control_characters_are_escaped_and_cut() {
+        let value = "x\u{1b}[2J\n".repeat(1 << 16);
+        let message = format!("NVIDIA_VISIBLE_DEVICES: unknown device \"{value}\" (expected)");
+        let short = shorten(&message);
+        assert!(short.len() < MAX_MESSAGE + 100, "{}", short.len());
+        assert!(!short.chars().any(char::is_control));
+        assert_eq!(short.lines().count(), 1);
+        assert!(short.starts_with("NVIDIA_VISIBLE_DEVICES: unknown device \"x\\u{1b}[2J\\nx"));
+        assert!(short.ends_with("[2J\\n\" (expected)"), "{short}");
+        assert!(short.contains(" bytes left out ...] "));
+    }
+
+    #[test]
+    fn log_records_are_one_escaped_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nvc.log");
+        let logger = FileLogger {
+            program: "nvc-test",
+            file: Mutex::new(File::create(&path).unwrap()),
+            level: log::LevelFilter::Info,
+        };
+        let value = "0\nforged 1 nvc-hook [1] ERROR: x\u{1b}]0;title\u{7}";
+        log::Log::log(
+            &logger,
+            &log::Record::builder()
+                .level(log::Level::Warn)
+                .args(format_args!("ignoring NVIDIA_VISIBLE_DEVICES={value}"))
+                .build(),
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text:?}");
+        assert!(
+            text.ends_with(
+                " WARN: ignoring NVIDIA_VISIBLE_DEVICES=0\\nforged 1 nvc-hook [1] ERROR: \
+                 x\\u{1b}]0;title\\u{7}\n"
+            ),
+            "{text:?}"
+        );
     }
 
     #[test]

@@ -45,8 +45,8 @@ pub const MAX_IMEX_CHANNEL: u64 = 65535;
 pub struct RequestPolicy {
     /// The container has full privileges (`CAP_SYS_ADMIN` in its bounding set).
     pub privileged: bool,
-    /// Honour `NVIDIA_VISIBLE_DEVICES` and `NVIDIA_IMEX_CHANNELS` in unprivileged
-    /// containers.
+    /// Honour `NVIDIA_VISIBLE_DEVICES`, `NVIDIA_IMEX_CHANNELS` and the `cdi.k8s.io/`
+    /// annotations ([`Request::from_container`]) in unprivileged containers.
     pub accept_envvar_unprivileged: bool,
     /// The capabilities used when `NVIDIA_DRIVER_CAPABILITIES` is unset or empty.
     pub default_capabilities: CapabilitySet,
@@ -360,10 +360,12 @@ impl Request {
     /// Kubernetes device plugins and CDI-aware engines set) may name devices as CDI
     /// names, comma-separated: those of kind `nvidia.com/gpu` are the GPUs, names of
     /// other kinds are left to their own runtimes. They are honoured when
-    /// `NVIDIA_VISIBLE_DEVICES` does not decide: it is unset, or set in an unprivileged
-    /// container whose variables the policy ignores (annotations come from the
-    /// orchestrator, not the image). `NVIDIA_VISIBLE_DEVICES=void` always wins: it is what
-    /// nvc's CDI spec sets once an engine has injected the devices itself.
+    /// `NVIDIA_VISIBLE_DEVICES` is unset, and under the same privilege policy as the
+    /// variables: in an unprivileged container whose variables the policy does not
+    /// accept (`accept_envvar_unprivileged` off), they are ignored too, with a warning,
+    /// since whoever starts the container may write them as freely as its environment.
+    /// `NVIDIA_VISIBLE_DEVICES=void` always wins: it is what nvc's CDI spec sets once an
+    /// engine has injected the devices itself.
     pub fn from_container<'a, I: IntoIterator<Item = &'a str>>(
         env: I,
         annotations: &BTreeMap<String, String>,
@@ -383,6 +385,15 @@ impl Request {
             Some(v) => honour_envvars || items(v) == ["void"],
         };
         if env_decides {
+            return Ok(request);
+        }
+        if !honour_envvars {
+            for key in cdi_annotation_keys(annotations) {
+                log::warn!(
+                    "ignoring the annotation {key:?}: the configuration does not accept \
+                     GPU requests from unprivileged containers"
+                );
+            }
             return Ok(request);
         }
         if let Some(devices) = annotation_devices(annotations)? {
@@ -410,6 +421,31 @@ impl Request {
 /// The prefix of the annotations that list CDI devices.
 pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 
+/// The `cdi.k8s.io/` annotations, in key order.
+fn cdi_annotations(
+    annotations: &BTreeMap<String, String>,
+) -> impl Iterator<Item = (&String, &String)> {
+    annotations
+        .range(CDI_ANNOTATION_PREFIX.to_string()..)
+        .take_while(|(key, _)| key.starts_with(CDI_ANNOTATION_PREFIX))
+}
+
+/// The keys of the `cdi.k8s.io/` annotations that name a `nvidia.com/gpu` device, or
+/// something that is no CDI name (which would be an error if it were read).
+fn cdi_annotation_keys(annotations: &BTreeMap<String, String>) -> Vec<&str> {
+    cdi_annotations(annotations)
+        .filter(|(_, value)| {
+            items(value)
+                .into_iter()
+                .any(|item| match crate::cdi::split_qualified(item) {
+                    Some((kind, _)) => kind == crate::cdi::KIND,
+                    None => true,
+                })
+        })
+        .map(|(key, _)| key.as_str())
+        .collect()
+}
+
 /// The GPUs the `cdi.k8s.io/` annotations name, in annotation-key order; `None` when
 /// they name none of ours.
 fn annotation_devices(
@@ -418,10 +454,7 @@ fn annotation_devices(
     let mut all = false;
     let mut ids: Vec<DeviceId> = Vec::new();
     let mut any = false;
-    for (key, value) in annotations.range(CDI_ANNOTATION_PREFIX.to_string()..) {
-        if !key.starts_with(CDI_ANNOTATION_PREFIX) {
-            break;
-        }
+    for (key, value) in cdi_annotations(annotations) {
         for item in items(value) {
             let Some((kind, name)) = crate::cdi::split_qualified(item) else {
                 return Err(RequestError::BadCdiAnnotation {
@@ -1644,10 +1677,33 @@ mod tests {
                 Ok(DeviceSelection::NotRequested)
             );
         }
-        // an ignored variable leaves the choice to the annotations
+        // the annotations obey the same privilege policy as the variables: an
+        // unprivileged container under the strict policy gets no GPU from them, with or
+        // without the variable, and a malformed one is not even read...
+        for env in [&[][..], &["NVIDIA_VISIBLE_DEVICES=all"]] {
+            assert_eq!(
+                from(env, &gpu0, &strict),
+                Ok(DeviceSelection::NotRequested),
+                "{env:?}"
+            );
+        }
+        let bogus = ann(&[("cdi.k8s.io/x", "nvidia.com/gpu=bogus")]);
         assert_eq!(
-            from(&["NVIDIA_VISIBLE_DEVICES=all"], &gpu0, &strict),
+            from(&[], &bogus, &strict),
+            Ok(DeviceSelection::NotRequested)
+        );
+        // ...while a privileged container still gets the annotation's GPUs
+        let strict_privileged = RequestPolicy {
+            privileged: true,
+            ..strict
+        };
+        assert_eq!(
+            from(&[], &gpu0, &strict_privileged),
             Ok(DeviceSelection::List(vec![Index(0)]))
+        );
+        assert_eq!(
+            from(&["NVIDIA_VISIBLE_DEVICES=void"], &gpu0, &strict_privileged),
+            Ok(DeviceSelection::NotRequested)
         );
         // a legacy image's implied all gives way to the annotations
         assert_eq!(

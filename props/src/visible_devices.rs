@@ -18,7 +18,8 @@
 //! - a request's capabilities are within the policy's supported set, requirements are
 //!   empty when checks are off, and the `NVIDIA_REQUIRE_*` ones come sorted by name;
 //! - a policy that ignores variables from unprivileged containers gives such a container
-//!   no devices and no IMEX channels, and an unprivileged container never gets MIG
+//!   no devices (from its variables or its annotations) and no IMEX channels, and an
+//!   unprivileged container never gets MIG
 //!   management devices;
 //! - the request does not depend on the order of the environment, only on the last value
 //!   of each variable.
@@ -239,6 +240,13 @@ fn environment(text: &str) {
         let with_annotations = Request::from_container(env.iter().copied(), &annotations, &policy);
         if let Ok(request) = &with_annotations {
             assert_request(request, &policy, &last);
+            if !policy.privileged && !policy.accept_envvar_unprivileged {
+                assert_eq!(
+                    request.devices,
+                    DeviceSelection::NotRequested,
+                    "ignored annotations selected devices"
+                );
+            }
         }
         let Ok(request) = got else {
             continue;

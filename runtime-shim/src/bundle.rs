@@ -2,6 +2,7 @@
 //! their cgroup rules, the prestart hook) before runc reads it. A container that asks
 //! for no GPU keeps its config.json untouched, not even rewritten.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::{self, DriverRoots};
@@ -78,6 +79,12 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         log::debug!("{}: no GPU asked for; left alone", spec_path.display());
         return Ok(());
     }
+    if is_host_root(&view.rootfs) {
+        return Err(ShimError::HostRoot {
+            rootfs: view.rootfs,
+            spec: spec_path,
+        });
+    }
 
     // Only the GPUs and their nodes: the files are the hook's business.
     let driver = discover::discover_devices(&DriverRoots::from_config(&config.driver))?;
@@ -129,6 +136,17 @@ fn refuse_linked_dev(rootfs: &Path) -> Result<(), ShimError> {
             rootfs: rootfs.to_path_buf(),
         }),
         _ => Ok(()),
+    }
+}
+
+/// Whether `rootfs` is the host's `/` (the same device and inode, so a link to `/` or a
+/// bind mount of it counts too). The hook would otherwise mount the driver's files over
+/// the host's own and rewrite its ld.so.cache. A rootfs that cannot be read is left to
+/// the runtime, which reports it.
+fn is_host_root(rootfs: &Path) -> bool {
+    match (std::fs::metadata(rootfs), std::fs::metadata("/")) {
+        (Ok(r), Ok(host)) => r.dev() == host.dev() && r.ino() == host.ino(),
+        _ => false,
     }
 }
 

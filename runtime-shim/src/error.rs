@@ -113,4 +113,16 @@ pub enum ShimError {
         /// The container's rootfs.
         rootfs: PathBuf,
     },
+    /// A GPU container's rootfs is the host's `/`: the hook would mount the driver into,
+    /// and update the ld.so.cache of, the host itself.
+    #[error(
+        "the container's root filesystem {rootfs} is the host's root directory: nvc will \
+         not set up a GPU container there (root.path in {spec})"
+    )]
+    HostRoot {
+        /// The rootfs, as the spec names it (joined to the bundle when relative).
+        rootfs: PathBuf,
+        /// The spec file.
+        spec: PathBuf,
+    },
 }

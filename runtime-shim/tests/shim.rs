@@ -275,6 +275,35 @@ fn containers_without_gpus_keep_their_spec_untouched() {
     }
 }
 
+/// With `accept-envvar-when-unprivileged = false`, an unprivileged container's
+/// `cdi.k8s.io/` annotations select no GPU, as its variables do not: the spec is left
+/// alone (with the empty driver root, reading them would have failed discovery), while
+/// a privileged container's annotation is read (and fails here for want of a driver).
+#[test]
+fn strict_policy_ignores_an_unprivileged_containers_annotations() {
+    let w = World::new();
+    let empty = w.dir.path().join("no-driver");
+    w.write_config(&format!(
+        "[driver]\nroot = {e}\ndev-root = {e}\nproc-root = {e}\n\n[log]\nfile = \"\"\n\n\
+         [requests]\naccept-envvar-when-unprivileged = false\n",
+        e = toml_string(&empty)
+    ));
+    let bundle = w.bundle.to_str().unwrap();
+    let mut spec = spec_with_env(&["PATH=/bin"]);
+    spec["annotations"] = json!({"cdi.k8s.io/gpu": "nvidia.com/gpu=0"});
+    let bytes = w.write_spec(&spec);
+    ok(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+    assert!(w.recorded().is_some());
+    assert_eq!(fs::read(w.spec_path()).unwrap(), bytes);
+
+    spec["process"]["capabilities"]["bounding"] = json!(["CAP_SYS_ADMIN"]);
+    let bytes = w.write_spec(&spec);
+    let _ = fs::remove_file(&w.record);
+    failed(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+    assert!(w.recorded().is_none());
+    assert_eq!(fs::read(w.spec_path()).unwrap(), bytes);
+}
+
 #[test]
 fn gpu_request_without_a_driver_fails_before_the_runtime() {
     let w = World::new();
@@ -577,4 +606,68 @@ fn a_rootfs_whose_dev_is_a_link_is_refused_before_the_runtime() {
     fs::create_dir(rootfs.join("dev")).unwrap();
     w.write_spec(&spec_with_env(&["PATH=/bin"]));
     ok(&w.shim(&["create", "--bundle", w.bundle.to_str().unwrap(), "ctr"]));
+}
+
+/// A GPU container whose rootfs is the host's `/` (by name, through a link, or a bind
+/// mount: compared by device and inode) is refused before the runtime runs, its spec
+/// untouched; a container that asks for no GPU is left to the runtime.
+#[test]
+fn a_gpu_container_on_the_host_root_is_refused_before_the_runtime() {
+    let w = World::new();
+    let link = w.bundle.join("host-root");
+    std::os::unix::fs::symlink("/", &link).unwrap();
+    let bundle = w.bundle.to_str().unwrap();
+    for root in ["/", link.to_str().unwrap(), "host-root"] {
+        let mut spec = spec_with_env(&["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"]);
+        spec["root"]["path"] = json!(root);
+        let bytes = w.write_spec(&spec);
+        let _ = fs::remove_file(&w.record);
+        let err = failed(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+        let shown = if root == "host-root" {
+            link.display().to_string()
+        } else {
+            root.to_string()
+        };
+        assert_eq!(
+            err,
+            format!(
+                "nvc-runtime: the container's root filesystem {shown} is the host's root \
+                 directory: nvc will not set up a GPU container there (root.path in {})",
+                w.spec_path().display()
+            )
+        );
+        assert!(w.recorded().is_none(), "the runtime ran: {root}");
+        assert_eq!(fs::read(w.spec_path()).unwrap(), bytes, "{root}");
+    }
+    // No GPU asked for: the runtime decides.
+    let mut spec = spec_with_env(&["PATH=/bin"]);
+    spec["root"]["path"] = json!("/");
+    let bytes = w.write_spec(&spec);
+    ok(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+    assert!(w.recorded().is_some());
+    assert_eq!(fs::read(w.spec_path()).unwrap(), bytes);
+}
+
+/// Control characters from the spec (here in the rootfs path a message names) reach
+/// stderr and runc's log escaped: one line, no terminal escape codes.
+#[test]
+fn messages_quoting_the_spec_are_escaped() {
+    let w = World::new();
+    let name = "root\nfs\u{1b}[2J";
+    let rootfs = w.bundle.join(name);
+    fs::create_dir(&rootfs).unwrap();
+    std::os::unix::fs::symlink("/outside\r\n", rootfs.join("dev")).unwrap();
+    let mut spec = spec_with_env(&["PATH=/bin"]);
+    spec["root"]["path"] = json!(name);
+    w.write_spec(&spec);
+    let log = w.dir.path().join("runc.log");
+    let bundle = w.bundle.to_str().unwrap();
+    let log_arg = log.to_str().unwrap();
+    let err = failed(&w.shim(&["--log", log_arg, "create", "--bundle", bundle, "ctr"]));
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+    assert!(err.contains("/outside\\r\\n"), "{err}");
+    assert!(err.contains("root\\nfs\\u{1b}[2J"), "{err}");
+    let line = fs::read_to_string(&log).unwrap();
+    assert_eq!(line.lines().count(), 1, "{line:?}");
+    assert!(line.contains("root\\\\nfs\\\\u{1b}[2J"), "{line}");
 }

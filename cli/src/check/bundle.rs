@@ -104,9 +104,29 @@ fn env_value<'a>(env: &'a [String], key: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-/// Why a container does not ask for GPU support.
-fn why_not_requested(env: &[String], privileged: bool, accept_unprivileged: bool) -> String {
+/// Why a container does not ask for GPU support; `annotated`: it has `cdi.k8s.io/`
+/// annotations.
+fn why_not_requested(
+    env: &[String],
+    annotated: bool,
+    privileged: bool,
+    accept_unprivileged: bool,
+) -> String {
     let ignored = !privileged && !accept_unprivileged;
+    let why = why_env_asks_for_nothing(env, ignored);
+    let void =
+        env_value(env, VISIBLE_DEVICES).is_some_and(|v| v.trim().eq_ignore_ascii_case("void"));
+    if annotated && ignored && !void {
+        format!(
+            "{why}; its {CDI_ANNOTATION_PREFIX} annotations are ignored too: the container is unprivileged and requests.accept-envvar-when-unprivileged is false"
+        )
+    } else {
+        why
+    }
+}
+
+/// Why the container's variables ask for no GPU; `ignored`: the policy ignores them.
+fn why_env_asks_for_nothing(env: &[String], ignored: bool) -> String {
     match env_value(env, VISIBLE_DEVICES) {
         None if env_value(env, "CUDA_VERSION").is_some_and(|v| !v.is_empty()) && ignored => format!(
             "a legacy CUDA image implies {VISIBLE_DEVICES}=all, but the container is unprivileged and requests.accept-envvar-when-unprivileged is false"
@@ -291,8 +311,13 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
     report.request = Some(summary);
 
     if !request.wants_gpu_support() {
+        let annotated = view
+            .annotations
+            .keys()
+            .any(|k| k.starts_with(CDI_ANNOTATION_PREFIX));
         let why = why_not_requested(
             &view.env,
+            annotated,
             view.privileged,
             config.requests.accept_envvar_when_unprivileged,
         );
@@ -423,7 +448,10 @@ pub fn render(report: &BundleReport) -> String {
     }
     out.push('\n');
     match (&report.error, report.gpu_support) {
-        (Some(e), _) => out.push_str(&format!("The container would not start: {e}\n")),
+        (Some(e), _) => out.push_str(&format!(
+            "The container would not start: {}\n",
+            libnvc::logging::shorten(e)
+        )),
         (None, true) => out.push_str("The container would start with the GPUs above.\n"),
         (None, false) => out.push_str("The container would start, without GPU support.\n"),
     }
@@ -484,8 +512,18 @@ mod tests {
             ),
         ];
         for (e, accept, want) in cases {
-            let got = why_not_requested(&env(&e), false, accept);
+            let got = why_not_requested(&env(&e), false, false, accept);
             assert!(got.contains(want), "{e:?}: {got}");
+            assert!(!got.contains("annotations"), "{e:?}: {got}");
         }
+        // The annotations obey the same policy as the variables.
+        let got = why_not_requested(&[], true, false, false);
+        assert!(
+            got.contains("cdi.k8s.io/ annotations are ignored too"),
+            "{got}"
+        );
+        assert!(!why_not_requested(&[], true, true, false).contains("annotations"));
+        let void = env(&["NVIDIA_VISIBLE_DEVICES=void"]);
+        assert!(!why_not_requested(&void, true, false, false).contains("annotations"));
     }
 }
