@@ -119,6 +119,7 @@ pub fn run() -> Result<(), HookError> {
         update_ldcache: config.ldconfig.update,
         device_cgroup: Some(libnvc::devcgroup::DeviceCgroup::from_spec(&spec)?),
         readonly: view.readonly,
+        tmpfs_mounts: view.tmpfs_mounts.clone(),
     };
     apply::apply(&driver, &request, &target)?;
     Ok(())

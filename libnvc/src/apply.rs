@@ -42,8 +42,12 @@ pub struct Target {
     /// The container's device cgroup, extended for the nodes bound in because the spec
     /// lacks them; `None` leaves it alone.
     pub device_cgroup: Option<DeviceCgroup>,
-    /// `root.readonly`: nothing may be created in the rootfs.
+    /// `root.readonly`: nothing may be written in the rootfs but empty mount points.
     pub readonly: bool,
+    /// The spec's fresh tmpfs mounts (`/dev`, containerd's `/run`, ...): the runtime's
+    /// own file systems, where mount points may be made though they are not the rootfs's
+    /// mount.
+    pub tmpfs_mounts: Vec<PathBuf>,
 }
 
 /// Why the container could not be set up.
@@ -164,27 +168,27 @@ pub fn apply(
         root.resolver()
     );
 
+    let needed = edits
+        .mounts
+        .iter()
+        .map(|m| m.container_path.as_path())
+        .chain(node_sources.iter().map(|(n, _)| n.path.as_path()));
+    let runtime_tmpfs = RuntimeTmpfs::open(&root, &target.tmpfs_mounts, needed)?;
     for m in &edits.mounts {
         let Some(src) = sources.remove(&m.host_path) else {
             continue;
         };
+        let (on, path) = runtime_tmpfs.place(&root, &m.container_path);
         let point = match m.kind {
-            MountKind::Directory => root.dir_mount_point(&m.container_path, 0o755)?,
-            _ => root.file_mount_point(&m.container_path, 0o644)?,
+            MountKind::Directory => on.dir_mount_point(&path, 0o755)?,
+            _ => on.file_mount_point(&path, 0o644)?,
         };
-        root.attach(src, &point, &m.container_path)?;
+        on.attach(src, &point, &path)?;
     }
-    if !node_sources.is_empty() {
-        // The runtime's /dev tmpfs (or the rootfs's own /dev without one).
-        let dev = root.submount(Path::new("/dev"), Filesystem::Tmpfs)?;
-        for (node, src) in node_sources {
-            let (on, path) = match (&dev, node.path.strip_prefix("/dev")) {
-                (Some(dev), Ok(rest)) => (dev, Path::new("/").join(rest)),
-                _ => (&root, node.path.clone()),
-            };
-            let point = on.device_mount_point(&path, node.major, node.minor)?;
-            on.attach(src, &point, &path)?;
-        }
+    for (node, src) in node_sources {
+        let (on, path) = runtime_tmpfs.place(&root, &node.path);
+        let point = on.device_mount_point(&path, node.major, node.minor)?;
+        on.attach(src, &point, &path)?;
     }
     if let Some(grant) = device_grant {
         grant.apply()?;
@@ -215,6 +219,52 @@ pub fn apply(
         edits.symlinks.len()
     );
     Ok(edits)
+}
+
+/// The runtime's fresh tmpfs mounts that hold something nvc mounts: `/dev` and the
+/// spec's other `tmpfs` mounts (containerd's `/run`, a read-only container's `/tmp`), each
+/// opened as a [`ContainerRoot::submount`] checked to be a tmpfs. They are the container's
+/// own, emptied with it, and the image has nothing in them; everything else stays on the
+/// rootfs's mount.
+struct RuntimeTmpfs {
+    /// Destination and submount, deepest first.
+    mounts: Vec<(PathBuf, ContainerRoot)>,
+}
+
+impl RuntimeTmpfs {
+    fn open<'a>(
+        root: &ContainerRoot,
+        spec_tmpfs: &[PathBuf],
+        needed: impl Iterator<Item = &'a Path>,
+    ) -> Result<RuntimeTmpfs, FsError> {
+        let needed: Vec<&Path> = needed.collect();
+        let mut dirs: Vec<&Path> = spec_tmpfs.iter().map(PathBuf::as_path).collect();
+        dirs.push(Path::new("/dev"));
+        dirs.sort();
+        dirs.dedup();
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+        let mut mounts = Vec::new();
+        for dir in dirs {
+            if !needed.iter().any(|p| p.starts_with(dir) && *p != dir) {
+                continue;
+            }
+            if let Some(sub) = root.submount(dir, Filesystem::Tmpfs)? {
+                mounts.push((dir.to_path_buf(), sub));
+            }
+        }
+        Ok(RuntimeTmpfs { mounts })
+    }
+
+    /// Where `path` is: on the deepest runtime tmpfs holding it, as a path inside it, or
+    /// on `root`.
+    fn place<'a>(&'a self, root: &'a ContainerRoot, path: &Path) -> (&'a ContainerRoot, PathBuf) {
+        for (dir, sub) in &self.mounts {
+            if let Ok(rest) = path.strip_prefix(dir) {
+                return (sub, Path::new("/").join(rest));
+            }
+        }
+        (root, path.to_path_buf())
+    }
 }
 
 /// For each link of `edits` that leads (through other links in its folder) to a file

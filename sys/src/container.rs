@@ -552,24 +552,22 @@ impl ContainerRoot {
             e => self.err(OP, path, e),
         })?;
         let mount = walk::mount_id(fd.as_fd()).map_err(|e| self.err(OP, path, e))?;
-        let magic = rustix::fs::fstatfs(&fd)
-            .map_err(|e| self.err(OP, path, e))?
-            .f_type;
+        let magic = fs_magic(&rustix::fs::fstatfs(&fd).map_err(|e| self.err(OP, path, e))?);
         let expected = match fs {
             Filesystem::Tmpfs => "a tmpfs",
             Filesystem::Procfs => "a procfs",
         };
         let on_root = mount == self.mount;
         let fits = match fs {
-            Filesystem::Tmpfs => on_root || magic as i64 == libc::TMPFS_MAGIC as i64,
+            Filesystem::Tmpfs => on_root || magic == i64::from(libc::TMPFS_MAGIC as u32),
             Filesystem::Procfs if on_root => return Ok(None),
-            Filesystem::Procfs => magic as i64 == rustix::fs::PROC_SUPER_MAGIC as i64,
+            Filesystem::Procfs => magic == i64::from(rustix::fs::PROC_SUPER_MAGIC as u32),
         };
         if !fits {
             return Err(FsError::WrongMount {
                 path: self.shown(path),
                 root: self.path.clone(),
-                found: format!("a mount of {}", fs_name(magic as i64)),
+                found: format!("a mount of {}", fs_name(magic)),
                 expected,
             });
         }
@@ -1077,7 +1075,7 @@ impl ContainerRoot {
                 }
             }
             if let Ok(st) = rustix::fs::fstatfs(&fd) {
-                fs = fs_name(st.f_type as i64);
+                fs = fs_name(fs_magic(&st));
             }
             break;
         }
@@ -1312,6 +1310,12 @@ fn bounded(text: &str) -> String {
         end -= 1;
     }
     format!("{}... ({} bytes)", &text[..end], text.len())
+}
+
+/// A `statfs` magic number, whose type differs between architectures, as an `i64`.
+#[allow(clippy::unnecessary_cast)]
+fn fs_magic(st: &rustix::fs::StatFs) -> i64 {
+    st.f_type as i64
 }
 
 /// A file system's name by its `statfs` magic, for messages.

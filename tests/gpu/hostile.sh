@@ -44,10 +44,12 @@ hostile() {
     bundle "$b" 'NVIDIA_VISIBLE_DEVICES=all;NVIDIA_DRIVER_CAPABILITIES=all' \
         'nvidia-smi -L >/dev/null 2>&1 && echo smi-ok; cat /host-secret /usr/lib/x86_64-linux-gnu/host-secret /lib/firmware/host-secret 2>/dev/null; echo started' >/dev/null
     (cd "$b/rootfs" && eval "$prep")
-    res=$(cd "$b" && "$carry/bin/nvc-runtime" --root "$work/state" run "$(basename "$b")" 2>&1)
+    res=$(cd "$b" && timeout 60 "$carry/bin/nvc-runtime" --root "$work/state" run "$(basename "$b")" 2>&1)
+    [ $? = 124 ] && res="TIMED OUT after 60 s: $res"
     echo "--- $name: $(echo "$res" | tr '\n' ' ' | sed "s/.*stderr: //" | cut -c1-300)"
     check "$name: the host is unchanged" host_unchanged
     check "$name: nothing from the host is visible inside" test -z "$(grep -x sentinel <<<"$res")"
+    check "$name: the start ended in time" test -z "$(grep '^TIMED OUT' <<<"$res")"
     if grep -qx started <<<"$res"; then
         echo "    (started)"
     else
@@ -84,6 +86,51 @@ hostile "LD_PRELOAD=/proc/self/cwd/poc.so" / \
 hostile "image ldconfig" /sbin/ldconfig \
     "for f in sbin/ldconfig sbin/ldconfig.real usr/sbin/ldconfig; do mkdir -p \$(dirname \$f); rm -f \$f; printf '#!/bin/sh\ntouch $marker\n' >\$f; chmod 755 \$f; done"
 
+# The rootfs's own mount: what the hook reads is a regular file on the image's own file
+# system, so a link to procfs, sysfs or the runtime's /dev never blocks the start (reading
+# /proc/kmsg would block and drain the host's kernel log) and the start ends in time.
+for target in /proc/kmsg /proc/sys/kernel/hostname /sys/class /dev/zero; do
+    hostile "ld.so.cache -> $target (never read)" /etc/ld.so.cache \
+        "rm -f etc/ld.so.cache && ln -s $target etc/ld.so.cache"
+done
+hostile "compat -> /proc/self (never listed)" /usr/local/cuda/compat \
+    "rm -rf usr/local/cuda/compat && mkdir -p usr/local/cuda && ln -s /proc/self usr/local/cuda/compat"
+# Links from the image into a volume the spec mounts: the hook writes nothing there, and
+# with a shared volume no mount of it propagates to the host and outlives the container.
+volume=$work/volume
+mkdir -p "$volume/fw" && echo sentinel >"$volume/host-secret"
+volume_digest() { (cd "$volume" && find . -printf '%p %y %s %m\n' | sort && find . -type f -exec sha256sum {} + | sort) | sha256sum; }
+cat >"$work/add-volume.py" <<'PY'
+import json, sys
+config, source, propagation = sys.argv[1:4]
+c = json.load(open(config))
+c["mounts"].append({"destination": "/data", "type": "bind", "source": source,
+                    "options": ["rbind", propagation]})
+if propagation == "rshared":
+    c["linux"]["rootfsPropagation"] = "shared"
+json.dump(c, open(config, "w"), indent=1)
+PY
+mount --bind "$volume" "$volume" && mount --make-shared "$volume"
+mounts_before=$(awk '{print $5}' /proc/self/mountinfo | sort)
+volume_before=$(volume_digest)
+for propagation in rprivate rshared; do
+    for path in etc lib/firmware lib/firmware/nvidia/$version usr/bin usr/share/vulkan/icd.d; do
+        hostile "/$path -> volume ($propagation)" "/$path" \
+            "$(link "$path" /data) && python3 '$work/add-volume.py' ../config.json '$volume' $propagation"
+        check "/$path -> volume ($propagation): the volume is unchanged" test "$(volume_digest)" = "$volume_before"
+    done
+done
+# A forged state: its pid is a host process, whose mount namespace is the hook's own.
+b=$(mktemp -d "$work/bundle.XXXXXX")
+bundle "$b" NVIDIA_VISIBLE_DEVICES=all true >/dev/null
+res=$(printf '{"ociVersion":"1.0.2","id":"forged","status":"creating","pid":%d,"bundle":"%s"}' $$ "$b" |
+    timeout 60 "$carry/bin/nvc-hook" prestart 2>&1)
+rc=$?
+echo "--- forged state pid $$: rc $rc: $res"
+check "forged state pid: refused" test "$rc" != 0
+check "forged state pid: says why" grep -q "the hook's own mount namespace" <<<"$res"
+check "forged state pid: the host is unchanged" host_unchanged
+
 # CVE-2026-24260: a directory of the rootfs flips between a real directory and a link to
 # the outside while containers start from that one rootfs.
 echo; echo "--- race: /usr/lib/x86_64-linux-gnu flipping, $race_starts starts"
@@ -119,5 +166,6 @@ check "race: every failure has a message" test "$silent" = 0
 
 echo
 check "the host's mount table is as before" test "$mounts_before" = "$(awk '{print $5}' /proc/self/mountinfo | sort)"
+umount "$volume" 2>/dev/null
 echo; [ $fail = 0 ] && echo "ALL PASSED" || echo "SOME FAILED"
 exit $fail

@@ -18,5 +18,5 @@ if [ ! -x "$carry/runc/usr/sbin/runc" ]; then
     rm -rf "$carry/runc" && mkdir -p "$carry/runc"
     for f in "$carry"/debs/*.deb; do dpkg -x "$f" "$carry/runc/"; done
 fi
-grep -qx '/.device-carry/' .git/info/exclude 2>/dev/null || echo '/.device-carry/' >>.git/info/exclude
+mkdir -p .git/info && { grep -qx "/.device-carry/" .git/info/exclude 2>/dev/null || echo "/.device-carry/" >>.git/info/exclude; }
 du -sh "$carry"

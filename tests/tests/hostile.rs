@@ -48,8 +48,6 @@ const BOUND: Duration = Duration::from_secs(20);
 /// A path that leaves the mount of the container's root filesystem (a volume, /proc,
 /// /sys, /dev, a tmpfs).
 const OTHER_MOUNT: &str = "not the container's root filesystem";
-/// A read-only rootfs where nvc would have to create something.
-const READ_ONLY: &str = "read-only (root.readonly)";
 /// A state whose pid is not in a container's mount namespace.
 const OWN_NAMESPACE: &str = "the hook's own mount namespace";
 /// `root.path` is `/`.
@@ -2052,8 +2050,9 @@ impl Overlay {
 #[test]
 fn the_hook_refuses_the_hosts_root_directory_as_rootfs() {
     let lab = Lab::new();
-    let outside = Outside::new(lab.path(), lab.path());
+    // The overlay's tmpfs is the test's own mount: made before the host's is recorded.
     let overlay = Overlay::new(&lab, "overlay");
+    let outside = Outside::new(lab.path(), lab.path());
     // The container's init stand-in: the hook enters its mount namespace, whose "/" is
     // the overlay, so that a hook that goes ahead writes into the overlay, not the host.
     let holder = overlay.holder();
@@ -2099,8 +2098,9 @@ const RECORDING_RUNTIME: &str = "#!/bin/sh\necho \"$@\" >>\"$(dirname \"$0\")/ru
 #[test]
 fn nvc_runtime_refuses_the_hosts_root_directory_before_the_runtime_runs() {
     let lab = Lab::new();
-    let outside = Outside::new(lab.path(), lab.path());
+    // The overlay's tmpfs is the test's own mount: made before the host's is recorded.
     let overlay = Overlay::new(&lab, "overlay");
+    let outside = Outside::new(lab.path(), lab.path());
     let fake = lab.path().join("fake-runtime");
     std::fs::create_dir(&fake).unwrap();
     let runtime = fake.join("runc");

@@ -332,10 +332,7 @@ fn folder_entries(root: &ContainerRoot, folder: &Path) -> Result<Vec<Entry>, Cdi
         if kind != FileKind::RegularFile {
             continue;
         }
-        by_file
-            .entry((dev, ino))
-            .or_default()
-            .push((parts, name));
+        by_file.entry((dev, ino)).or_default().push((parts, name));
     }
     let dir = folder.to_str().ok_or_else(|| {
         CdiHookError::LdCache(ldcache::LdCacheError::NonUtf8Dir {

@@ -106,6 +106,9 @@ pub struct SpecView {
     pub devices: Vec<(PathBuf, u32, u32)>,
     /// `annotations`.
     pub annotations: BTreeMap<String, String>,
+    /// The destinations of the spec's fresh `tmpfs` mounts (not binds): file systems the
+    /// runtime makes empty for this container alone, where nvc may make mount points.
+    pub tmpfs_mounts: Vec<PathBuf>,
 }
 
 /// A hook as the OCI spec writes it.
@@ -315,6 +318,25 @@ pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
         }
     }
 
+    // Only read, never checked: runc validates its mounts, and nvc refuses nothing here.
+    let tmpfs_mounts = top
+        .get("mounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| m.get("type").and_then(Value::as_str) == Some("tmpfs"))
+        .filter(|m| {
+            !m.get("options")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|o| matches!(o.as_str(), Some("bind" | "rbind")))
+        })
+        .filter_map(|m| m.get("destination").and_then(Value::as_str))
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && d != Path::new("/"))
+        .collect();
+
     Ok(SpecView {
         env,
         privileged,
@@ -322,6 +344,7 @@ pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
         readonly,
         devices,
         annotations,
+        tmpfs_mounts,
     })
 }
 

@@ -153,7 +153,7 @@ impl DetachedMount {
     /// into the container's file system. `what` names it in messages.
     pub fn file(data: &[u8], mode: u32, what: &str) -> Result<Self, FsError> {
         const NAME: &str = "file";
-        let size = (data.len() as u64 + 4095) / 4096 * 4096 + 4096;
+        let size = (data.len() as u64).div_ceil(4096) * 4096 + 4096;
         let tmpfs = DetachedMount::tmpfs(size, 0o755)?;
         write_at(tmpfs.dir_fd(), NAME, data, mode)?;
         let ro = MountAttrs {

@@ -1680,7 +1680,7 @@ fn operations() -> Vec<Operation> {
             "resolve nvidia-smi",
             "/usr/bin/nvidia-smi",
             |root, _| match root.resolve(Path::new("/usr/bin/nvidia-smi")) {
-                Err(e) if matches!(e, FsError::NotFound { .. }) => Ok(None),
+                Err(FsError::NotFound { .. }) => Ok(None),
                 other => other.map(Some),
             },
         ),
