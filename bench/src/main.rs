@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 use crate::error::BenchError;
 use crate::options::{Options, Parsed, USAGE};
-use crate::runner::Programs;
+use crate::runner::{Build, Programs};
 
 fn main() -> ExitCode {
     let raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
@@ -131,7 +131,30 @@ fn programs(options: &Options) -> Result<Programs, BenchError> {
             hint: "",
         });
     }
+    let baseline = match &options.baseline {
+        None => None,
+        Some(dir) => {
+            let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
+            let program = |name: &'static str| -> Result<PathBuf, BenchError> {
+                let path = dir.join(name);
+                if path.is_file() {
+                    Ok(path)
+                } else {
+                    Err(BenchError::Missing {
+                        what: name,
+                        path,
+                        hint: ": --baseline names a folder with another build's programs",
+                    })
+                }
+            };
+            Some(Build {
+                shim: program("nvc-runtime")?,
+                hook: program("nvc-hook")?,
+            })
+        }
+    };
     Ok(Programs {
+        baseline,
         shim: sibling("nvc-runtime")?,
         hook: sibling("nvc-hook")?,
         runc: std::path::absolute(&runc).unwrap_or(runc),

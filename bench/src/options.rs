@@ -37,6 +37,8 @@ the hook alone; prints Markdown tables.
   --section NAME       the section for --update-doc (default dev)
   --work DIR           where images, rootfs copies and driver trees go: a new or empty
                        directory, kept afterwards (default: a temporary one, removed)
+  --baseline DIR       also time this build against the nvc-runtime and nvc-hook in DIR
+                       (another build's target/release), alternated in the same rounds
   --run-dir DIR        where bundles and runc's state go (default: /run or /dev/shm
                        when tmpfs, as engines keep them there; else the work directory)
   -h, --help           this text
@@ -71,6 +73,8 @@ pub struct Options {
     pub run_dir: Option<PathBuf>,
     /// `--quick` was given (fewer runs; shown in the output).
     pub quick: bool,
+    /// Another build's folder to time against.
+    pub baseline: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -89,6 +93,7 @@ impl Default for Options {
             work: None,
             run_dir: None,
             quick: false,
+            baseline: None,
         }
     }
 }
@@ -151,6 +156,7 @@ where
             }
             "--work" => o.work = Some(PathBuf::from(value()?)),
             "--run-dir" => o.run_dir = Some(PathBuf::from(value()?)),
+            "--baseline" => o.baseline = Some(PathBuf::from(value()?)),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -227,6 +233,10 @@ mod tests {
         assert!(o.gpus_given && o.real);
         assert_eq!(o.runc, Some(PathBuf::from("/x/runc")));
         assert_eq!(o.section, "gpu");
+        assert_eq!(
+            run(&["--baseline", "/old"]).baseline,
+            Some(PathBuf::from("/old"))
+        );
         let q = run(&["--quick"]);
         assert_eq!((q.runs, q.libs), (QUICK_RUNS, QUICK_LIBS));
         // An explicit count wins over --quick's, in either order.

@@ -33,6 +33,17 @@ pub struct Programs {
     pub runc: PathBuf,
     /// The runtime the shim execs when it is timed alone: does nothing.
     pub noop: PathBuf,
+    /// Another build's shim and hook to time against (`--baseline`).
+    pub baseline: Option<Build>,
+}
+
+/// A build of nvc's two programs.
+#[derive(Debug, Clone)]
+pub struct Build {
+    /// Its `nvc-runtime`.
+    pub shim: PathBuf,
+    /// Its `nvc-hook`.
+    pub hook: PathBuf,
 }
 
 /// The two nvc configurations of one driver: the shim execs runc, or the no-op.
@@ -51,6 +62,13 @@ pub enum Runtime {
     Runc,
     /// `nvc-runtime` with `NVC_CONFIG` set to this file.
     Nvc(PathBuf),
+    /// Another build's `nvc-runtime` (`shim`) with `NVC_CONFIG` set to `config`.
+    Shim {
+        /// The shim.
+        shim: PathBuf,
+        /// Its configuration.
+        config: PathBuf,
+    },
 }
 
 /// A container image: a rootfs copied for every run.
@@ -115,6 +133,8 @@ pub enum Case {
     /// `nvc-hook prestart` on a fresh copy of `rootfs` whose spec the shim edited, in the
     /// mount namespace of a helper process, as runc would run it.
     Hook {
+        /// The hook run: this build's when `None`.
+        program: Option<PathBuf>,
         /// The configuration of the hook (and of the shim that prepares its spec).
         config: PathBuf,
         /// The image, copied for every run.
@@ -194,6 +214,37 @@ impl Bench {
         })
     }
 
+    /// Configurations of `driver` for `hook` with only the keys every build of nvc reads
+    /// (driver roots, runtime, hook path, log), so that an older build takes them too:
+    /// the shim execs runc, or the no-op.
+    pub fn plain_configs(
+        &self,
+        name: &str,
+        driver: &DriverConfig,
+        hook: &Path,
+    ) -> Result<Configs, BenchError> {
+        let quote = |p: &Path| toml::Value::String(p.display().to_string()).to_string();
+        let write = |suffix: &str, runtime: &Path| -> Result<PathBuf, BenchError> {
+            let text = format!(
+                "[driver]\nroot = {}\ndev-root = {}\nproc-root = {}\n\n[runtime]\nruntimes = [{}]\n\n\
+                 [hook]\npath = {}\n\n[log]\nfile = {}\nlevel = \"info\"\n",
+                quote(&driver.root),
+                quote(&driver.dev_root),
+                quote(&driver.proc_root),
+                quote(runtime),
+                quote(hook),
+                quote(&self.log),
+            );
+            let path = self.work.join(format!("{name}.{suffix}.toml"));
+            std::fs::write(&path, text).map_err(BenchError::io("write", &path))?;
+            Ok(path)
+        };
+        Ok(Configs {
+            runc: write("runc", &self.programs.runc)?,
+            noop: write("noop", &self.programs.noop)?,
+        })
+    }
+
     /// A [`Case::Shim`]: makes its bundle (with an empty rootfs: the shim never looks in
     /// it) asking for `env`.
     pub fn shim_case(&self, config: Option<&Path>, env: &[&str]) -> Result<Case, BenchError> {
@@ -252,10 +303,11 @@ impl Bench {
                 pristine,
             } => self.shim(config.as_deref(), bundle, pristine),
             Case::Hook {
+                program,
                 config,
                 rootfs,
                 env,
-            } => self.hook(config, rootfs, env),
+            } => self.hook(program.as_deref(), config, rootfs, env),
         }
     }
 
@@ -275,6 +327,7 @@ impl Bench {
         let program = match runtime {
             Runtime::Runc => &self.programs.runc,
             Runtime::Nvc(_) => &self.programs.shim,
+            Runtime::Shim { shim, .. } => shim,
         };
         let mut command = measure::command(program, &report_path(&dir));
         command
@@ -284,7 +337,7 @@ impl Bench {
             .arg(&dir)
             .arg(&id)
             .env_remove(nvc_config::CONFIG_ENV);
-        if let Runtime::Nvc(config) = runtime {
+        if let Runtime::Nvc(config) | Runtime::Shim { config, .. } = runtime {
             command.env(nvc_config::CONFIG_ENV, config);
         }
         let measured = self.timed(&mut command, &dir, None);
@@ -330,7 +383,13 @@ impl Bench {
         self.timed(&mut command, bundle, None)
     }
 
-    fn hook(&self, config: &Path, rootfs: &Image, env: &[String]) -> Result<Measured, BenchError> {
+    fn hook(
+        &self,
+        program: Option<&Path>,
+        config: &Path,
+        rootfs: &Image,
+        env: &[String],
+    ) -> Result<Measured, BenchError> {
         let (dir, container_rootfs) = self.fresh_run("hook")?;
         rootfs.copy_to(&container_rootfs)?;
         Bundle::new(&dir, &container_rootfs)?
@@ -359,7 +418,8 @@ impl Bench {
         });
         std::fs::write(&state, state_json.to_string()).map_err(BenchError::io("write", &state))?;
         let stdin = File::open(&state).map_err(BenchError::io("open", &state))?;
-        let mut command = measure::command(&self.programs.hook, &report_path(&dir));
+        let hook = program.unwrap_or(&self.programs.hook);
+        let mut command = measure::command(hook, &report_path(&dir));
         command
             .arg("prestart")
             .env_clear()

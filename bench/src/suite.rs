@@ -110,6 +110,9 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
     if let Some(table) = suite.large_image(&found)? {
         report.tables.push(table);
     }
+    if let Some(table) = suite.baseline(&driver)? {
+        report.tables.push(table);
+    }
     report.tables.push(targets(&found));
 
     let mut env = environment(&host, &driver, options, suite.warmup);
@@ -162,6 +165,7 @@ impl Suite<'_> {
     /// The hook alone on the small image, for the driver of `config`.
     fn hook(&self, config: &Path, env: &[&str]) -> Case {
         Case::Hook {
+            program: None,
             config: config.to_path_buf(),
             rootfs: self.image.clone(),
             env: strings(env),
@@ -273,6 +277,92 @@ impl Suite<'_> {
         Ok(table)
     }
 
+    /// This build against another (`--baseline`), alternated in the same rounds, so that
+    /// the machine's drift from minute to minute is the same for both; `None` without one.
+    fn baseline(&self, driver: &Driver) -> Result<Option<Table>, BenchError> {
+        let Some(base) = self.bench.programs.baseline.clone() else {
+            return Ok(None);
+        };
+        let this = self
+            .bench
+            .plain_configs("this", &driver.roots, &self.bench.programs.hook)?;
+        let theirs = self
+            .bench
+            .plain_configs("baseline", &driver.roots, &base.hook)?;
+        let shim = |build: &Path, configs: &Configs| Runtime::Shim {
+            shim: build.to_path_buf(),
+            config: configs.runc.clone(),
+        };
+        let hook = |program: &Path, configs: &Configs| Case::Hook {
+            program: Some(program.to_path_buf()),
+            config: configs.noop.clone(),
+            rootfs: self.image.clone(),
+            env: strings(UTILITY_COMPUTE),
+        };
+        let samples = self.alternate(
+            "against the baseline",
+            &[
+                self.container(shim(&self.bench.programs.shim, &this), UTILITY_COMPUTE),
+                self.container(shim(&base.shim, &theirs), UTILITY_COMPUTE),
+                hook(&self.bench.programs.hook, &this),
+                hook(&base.hook, &theirs),
+            ],
+        )?;
+        let mut table = Table::new(
+            "Against a baseline build",
+            &format!(
+                "This build and the one in {} (`--baseline`), each configuration once per \
+                 round in the same rounds, with the same driver, image and runc, and a \
+                 configuration of only the keys both read. Difference: the median of the \
+                 per-round differences (this minus baseline), which the machine's drift \
+                 between rounds does not enter (wall clock, and CPU: user + system time of the \
+                 command and what it reaped); this build slower in: the rounds where it \
+                 was.",
+                base.shim
+                    .parent()
+                    .map_or_else(String::new, |d| d.display().to_string())
+            ),
+            &[
+                "what",
+                "this median ms",
+                "baseline median ms",
+                "difference ms",
+                "CPU difference ms",
+                "this build slower in",
+            ],
+        );
+        for (name, (ours, theirs)) in [
+            "container start, all GPUs, utility,compute",
+            "nvc-hook prestart alone, all GPUs, utility,compute",
+        ]
+        .iter()
+        .zip([(&samples[0], &samples[1]), (&samples[2], &samples[3])])
+        {
+            let per_round: Vec<f64> = ours
+                .times
+                .iter()
+                .zip(&theirs.times)
+                .map(|(a, b)| (a.as_secs_f64() - b.as_secs_f64()) * 1e3)
+                .collect();
+            let cpu_per_round: Vec<f64> = ours
+                .cpu
+                .iter()
+                .zip(&theirs.cpu)
+                .map(|(a, b)| (a.as_secs_f64() - b.as_secs_f64()) * 1e3)
+                .collect();
+            let slower = per_round.iter().filter(|d| **d > 0.0).count();
+            table.row([
+                name.to_string(),
+                ms(median(ours)),
+                ms(median(theirs)),
+                signed_ms(median_of(per_round)),
+                signed_ms(median_of(cpu_per_round)),
+                format!("{slower} of {}", ours.times.len()),
+            ]);
+        }
+        Ok(Some(table))
+    }
+
     /// 3. Fake trees of several sizes; `None` when not asked for.
     fn scaling(&self, found: &mut Findings) -> Result<Option<Table>, BenchError> {
         let options = self.options;
@@ -346,6 +436,7 @@ impl Suite<'_> {
                 on_large(Runtime::Runc),
                 on_large(self.nvc()),
                 Case::Hook {
+                    program: None,
                     config: self.configs.noop.clone(),
                     rootfs: large.clone(),
                     env: strings(UTILITY_COMPUTE),
@@ -475,6 +566,17 @@ pub fn scaling_target(scaling: &[(u32, f64)]) -> (String, String) {
 
 fn yes_no(met: bool) -> String {
     if met { "yes" } else { "**no**" }.to_string()
+}
+
+/// The median of `values` (the mean of the middle two for an even count); NaN when empty.
+fn median_of(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 fn median(samples: &Samples) -> f64 {

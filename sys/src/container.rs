@@ -465,8 +465,27 @@ pub struct ContainerRoot {
     prefix: PathBuf,
     /// Nothing may be created: `root.readonly`.
     read_only: bool,
-    /// Whether the root's mount was checked not to be shared, once a mount is attached.
-    checked_private: std::cell::OnceCell<()>,
+    /// Which mounts of the namespace are shared: read once for a root and its submounts.
+    propagation: std::sync::Arc<std::sync::Mutex<Propagation>>,
+}
+
+/// What `/proc/thread-self/mountinfo` says of the mounts' propagation, read at most once
+/// more for a mount it did not list, and told of the mounts nvc attaches (private).
+#[derive(Debug, Default)]
+struct Propagation {
+    /// Every mount listed or attached, with whether it is shared.
+    shared: std::collections::HashMap<u64, bool>,
+}
+
+impl Propagation {
+    /// Whether mount `id` is shared; `ENOENT` when the namespace has no such mount.
+    fn is_shared(&mut self, id: u64) -> Result<bool, Errno> {
+        if let Some(shared) = self.shared.get(&id) {
+            return Ok(*shared);
+        }
+        self.shared.extend(read_propagation()?);
+        self.shared.get(&id).copied().ok_or(Errno::NOENT)
+    }
 }
 
 /// The file systems the runtime mounts at the folders nvc mounts into on purpose.
@@ -513,7 +532,7 @@ impl ContainerRoot {
             mount,
             prefix: PathBuf::from("/"),
             read_only: false,
-            checked_private: std::cell::OnceCell::new(),
+            propagation: Default::default(),
         })
     }
 
@@ -578,7 +597,7 @@ impl ContainerRoot {
             mount,
             prefix: self.shown(path),
             read_only: self.read_only && on_root,
-            checked_private: std::cell::OnceCell::new(),
+            propagation: self.propagation.clone(),
         }))
     }
 
@@ -598,17 +617,28 @@ impl ContainerRoot {
         if on != self.mount {
             return Err(self.other_mount(OP, path));
         }
-        if self.checked_private.get().is_none() {
-            if is_shared(self.mount).map_err(|e| self.err(OP, path, e))? {
-                return Err(FsError::SharedMount {
-                    path: self.shown(path),
-                    root: self.path.clone(),
-                    mount: self.mount,
-                });
-            }
-            let _ = self.checked_private.set(());
+        // The mount attached is private (DetachedMount makes it so): a submount on it, such
+        // as the GPU folders on the /proc/driver/nvidia mask, needs no second reading.
+        let attached = walk::mount_id(mount.dir_fd()).ok();
+        let mut propagation = self
+            .propagation
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if propagation
+            .is_shared(self.mount)
+            .map_err(|e| self.err(OP, path, e))?
+        {
+            return Err(FsError::SharedMount {
+                path: self.shown(path),
+                root: self.path.clone(),
+                mount: self.mount,
+            });
         }
-        mount.attach(point)
+        mount.attach(point)?;
+        if let Some(id) = attached {
+            propagation.shared.insert(id, false);
+        }
+        Ok(())
     }
 
     /// The rootfs on the host, for messages.
@@ -1384,26 +1414,27 @@ pub fn refuse_host_root(rootfs: &Path) -> Result<(), FsError> {
 /// The most of `/proc/thread-self/mountinfo` read: room for tens of thousands of mounts.
 const MAX_MOUNTINFO: u64 = 64 << 20;
 
-/// Whether the mount `id` of the caller's mount namespace is shared (has a peer group,
-/// `shared:N` in `/proc/thread-self/mountinfo`). A mount that is not listed is an error.
-fn is_shared(id: u64) -> Result<bool, Errno> {
+/// Every mount of the caller's mount namespace, with whether it is shared (has a peer
+/// group: `shared:N` in `/proc/thread-self/mountinfo`).
+fn read_propagation() -> Result<Vec<(u64, bool)>, Errno> {
     let mut info = Vec::new();
     std::fs::File::open("/proc/thread-self/mountinfo")
         .and_then(|f| f.take(MAX_MOUNTINFO).read_to_end(&mut info))
         .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
     let info = String::from_utf8_lossy(&info);
-    for line in info.lines() {
-        let mut fields = line.split(' ');
-        if fields.next().and_then(|f| f.parse::<u64>().ok()) != Some(id) {
-            continue;
-        }
-        // id parent major:minor root mount-point options [optional fields...] - fstype ...
-        return Ok(fields
-            .skip(5)
-            .take_while(|f| *f != "-")
-            .any(|f| f.starts_with("shared:")));
-    }
-    Err(Errno::NOENT)
+    Ok(info
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let id = fields.next()?.parse::<u64>().ok()?;
+            // id parent major:minor root mount-point options [optional fields...] - fstype
+            let shared = fields
+                .skip(5)
+                .take_while(|f| *f != "-")
+                .any(|f| f.starts_with("shared:"));
+            Some((id, shared))
+        })
+        .collect())
 }
 
 /// Opens the inode an `O_PATH` fd holds, with `flags`, through the host's procfs.
