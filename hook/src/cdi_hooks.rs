@@ -12,6 +12,19 @@ pub fn dispatch(mode: &str) -> Option<ExitCode> {
     if !CdiHook::is_mode(mode) {
         return None;
     }
+    // The CDI spec names no nvc config: the default deadline, armed before anything the
+    // container controls is read, so that nothing can hold the start.
+    let seconds = nvc_config::DEFAULT_HOOK_TIMEOUT;
+    if let Err(e) = nvc_sys::deadline::arm(
+        seconds,
+        &format!(
+            "nvc-hook {mode}: gave up after {seconds} s: setting the container up took too \
+             long (something it points nvc at may block); the container is not started"
+        ),
+    ) {
+        eprintln!("nvc-hook {mode}: cannot set the hook's deadline: {e}");
+        return Some(ExitCode::FAILURE);
+    }
     let args: Vec<String> = std::env::args().skip(2).collect();
     Some(match run(mode, &args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -2515,3 +2515,41 @@ fn a_file_mount_covers_a_file_without_writing_it() {
         );
     });
 }
+
+#[test]
+fn statmount_and_mountinfo_agree_on_what_is_shared() {
+    let sandbox = Sandbox::new();
+    in_child("makes shared and slave mounts", || {
+        let base = sandbox.rootfs();
+        let (private, shared, slave) = (base.join("tmp"), base.join("usr"), base.join("etc"));
+        mount_tmpfs(&private);
+        mount_tmpfs(&shared);
+        rustix::mount::mount_change(&shared, MountPropagationFlags::SHARED).unwrap();
+        rustix::mount::mount_bind(&shared, &slave).unwrap();
+        rustix::mount::mount_change(&slave, MountPropagationFlags::DOWNSTREAM).unwrap();
+        let listed: BTreeMap<u64, bool> = read_propagation().unwrap().into_iter().collect();
+        for (dir, want) in [(&private, false), (&shared, true), (&slave, false)] {
+            let fd = rustix::fs::open(dir, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).unwrap();
+            let id = mount_id(fd.as_fd()).unwrap();
+            assert_eq!(listed.get(&id), Some(&want), "mountinfo, {}", dir.display());
+            // Kernels from 6.8 have statmount; older ones fall back to mountinfo.
+            match walk::statmount_shared(fd.as_fd()) {
+                Some(shared) => assert_eq!(shared, want, "statmount, {}", dir.display()),
+                None => {
+                    assert!(!kernel_at_least(6, 8), "statmount failed on a 6.8+ kernel");
+                    raw_stderr("statmount(2) is not available: only mountinfo was checked\n");
+                }
+            }
+        }
+    });
+}
+
+/// Whether the running kernel's release is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let uname = rustix::system::uname();
+    let release = uname.release().to_string_lossy();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}

@@ -173,6 +173,64 @@ pub fn mount_id(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
         .ok_or(Errno::NOSYS)
 }
 
+/// `statmount(2)`: the same number on every architecture but alpha (Linux 6.8).
+const SYS_STATMOUNT: libc::c_long = 457;
+/// `STATMOUNT_MNT_BASIC`: the mount's ids, attributes and propagation.
+const STATMOUNT_MNT_BASIC: u64 = 0x2;
+/// `STATX_MNT_ID_UNIQUE` (Linux 6.8): the 64-bit mount id that `statmount` takes.
+const STATX_MNT_ID_UNIQUE: u32 = 0x4000;
+
+/// `struct mnt_id_req` of `<linux/mount.h>` (`MNT_ID_REQ_SIZE_VER0`).
+#[repr(C)]
+struct MntIdReq {
+    size: u32,
+    spare: u32,
+    mnt_id: u64,
+    param: u64,
+}
+
+/// Whether the mount `fd` is on is shared (`MS_SHARED` in `statmount`'s
+/// `mnt_propagation`), asked of the kernel for that one mount; `None` where the kernel has
+/// no `statmount` or no unique mount ids (before 6.8), or the mount is not in the caller's
+/// namespace, so the caller falls back to mountinfo.
+pub(crate) fn statmount_shared(fd: BorrowedFd<'_>) -> Option<bool> {
+    let stx = rustix::fs::statx(
+        fd,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::from_bits_retain(STATX_MNT_ID_UNIQUE),
+    )
+    .ok()?;
+    if stx.stx_mask & STATX_MNT_ID_UNIQUE == 0 {
+        return None;
+    }
+    let req = MntIdReq {
+        size: std::mem::size_of::<MntIdReq>() as u32,
+        spare: 0,
+        mnt_id: stx.stx_mnt_id,
+        param: STATMOUNT_MNT_BASIC,
+    };
+    // `struct statmount`: 512 bytes of fixed fields today, and room for more; only
+    // `mask` (offset 8) and `mnt_propagation` (offset 72) are read.
+    let mut buf = [0u64; 128];
+    // SAFETY: `req` is a valid `struct mnt_id_req` whose size field says its size, and
+    // `buf` is writable for the byte length passed; the kernel reads the one and writes at
+    // most that many bytes of the other, both of which outlive the call.
+    let ret = unsafe {
+        libc::syscall(
+            SYS_STATMOUNT,
+            &req as *const MntIdReq,
+            buf.as_mut_ptr(),
+            std::mem::size_of_val(&buf),
+            0u32,
+        )
+    };
+    if ret != 0 || buf[1] & STATMOUNT_MNT_BASIC == 0 {
+        return None;
+    }
+    Some(buf[9] & libc::MS_SHARED != 0)
+}
+
 /// Whether the link `fd` is a procfs magic link (`/proc/N/cwd`, `root`, `exe`, `fd/N`,
 /// `ns/*`, `map_files/*`): the kernel would jump to the object behind it rather than
 /// resolve its text. Their texts are absolute paths or not paths at all (`pipe:[1]`,
