@@ -96,17 +96,12 @@ fn programs(options: &Options) -> Result<Programs, BenchError> {
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .unwrap_or_default();
-    let sibling = |name: &'static str| -> Result<PathBuf, BenchError> {
-        let path = here.join(name);
-        if path.is_file() {
-            Ok(path)
-        } else {
-            Err(BenchError::Missing {
-                what: name,
-                path,
-                hint: ": build the workspace (`cargo build --release`) first",
-            })
-        }
+    let sibling = |name: &'static str| {
+        program_in(
+            &here,
+            name,
+            ": build the workspace (`cargo build --release`) first",
+        )
     };
     let runc = match &options.runc {
         Some(path) => path.clone(),
@@ -135,18 +130,8 @@ fn programs(options: &Options) -> Result<Programs, BenchError> {
         None => None,
         Some(dir) => {
             let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.clone());
-            let program = |name: &'static str| -> Result<PathBuf, BenchError> {
-                let path = dir.join(name);
-                if path.is_file() {
-                    Ok(path)
-                } else {
-                    Err(BenchError::Missing {
-                        what: name,
-                        path,
-                        hint: ": --baseline names a folder with another build's programs",
-                    })
-                }
-            };
+            let hint = ": --baseline names a folder with another build's programs";
+            let program = |name: &'static str| program_in(&dir, name, hint);
             Some(Build {
                 shim: program("nvc-runtime")?,
                 hook: program("nvc-hook")?,
@@ -160,6 +145,20 @@ fn programs(options: &Options) -> Result<Programs, BenchError> {
         runc: std::path::absolute(&runc).unwrap_or(runc),
         noop,
     })
+}
+
+/// The program `name` in `dir`, or an error saying it is missing and `hint`.
+fn program_in(dir: &Path, name: &'static str, hint: &'static str) -> Result<PathBuf, BenchError> {
+    let path = dir.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(BenchError::Missing {
+            what: name,
+            path,
+            hint,
+        })
+    }
 }
 
 /// runc from `PATH`, else the sbin folders.

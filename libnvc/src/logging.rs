@@ -112,7 +112,7 @@ pub fn shorten(message: &str) -> Cow<'_, str> {
 /// `\u{1b}`. The result is one line that sends no escape codes to a terminal; it is
 /// borrowed when nothing needed escaping, and escaping it again changes nothing.
 pub fn sanitize(message: &str) -> Cow<'_, str> {
-    if !message.chars().any(char::is_control) {
+    if !message.chars().any(needs_escape) {
         return Cow::Borrowed(message);
     }
     let mut out = String::with_capacity(message.len() + 16);
@@ -121,7 +121,7 @@ pub fn sanitize(message: &str) -> Cow<'_, str> {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
+            c if needs_escape(c) => {
                 // Writing to a String cannot fail.
                 let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
             }
@@ -129,6 +129,13 @@ pub fn sanitize(message: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// Control characters, and the bidirectional marks and overrides with which a text can be
+/// shown in another order than it is (a path that reads as another on a terminal).
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `message` cut to about [`MAX_MESSAGE`] bytes (see [`shorten`]).
@@ -183,6 +190,9 @@ mod tests {
             ("csi\u{9b}2J", "csi\\u{9b}2J"),
             ("nul\0", "nul\\u{0}"),
             ("bell\u{7}", "bell\\u{7}"),
+            // A right-to-left override makes "/etc/cod.exe" show as "/etc/exe.doc".
+            ("/etc/\u{202e}cod.exe", "/etc/\\u{202e}cod.exe"),
+            ("\u{2066}x\u{2069}", "\\u{2066}x\\u{2069}"),
         ];
         for (input, want) in cases {
             let got = sanitize(input);
@@ -201,7 +211,7 @@ mod tests {
             "",
             "cannot open /x",
             "GPU-ÄÖÜ 日本語 🚀 \\n (an escaped backslash stays)",
-            "zero\u{200b}width and bidi \u{202e} are not control characters",
+            "a zero\u{200b}width space changes no order and is kept",
         ] {
             assert!(
                 matches!(sanitize(clean), Cow::Borrowed(s) if s == clean),
