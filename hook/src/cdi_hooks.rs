@@ -2,10 +2,9 @@
 //! nvc's CDI spec asks the engine to run (see `libnvc::cdi::hooks`, which says why they
 //! work on the rootfs path in the namespace they start in, and never enter another).
 
-use std::io::Read;
 use std::process::ExitCode;
 
-use libnvc::cdi::hooks::{self, CdiHook, CdiHookError};
+use libnvc::cdi::hooks::{CdiHook, CdiHookError};
 
 /// Runs `mode` when it is a CDI hook's; `None` leaves it to the other modes.
 pub fn dispatch(mode: &str) -> Option<ExitCode> {
@@ -41,10 +40,6 @@ pub fn dispatch(mode: &str) -> Option<ExitCode> {
 fn run(mode: &str, args: &[String]) -> Result<(), CdiHookError> {
     // The arguments first: a spec with bad ones fails before anything is read.
     let hook = CdiHook::from_args(mode, args)?;
-    let mut state = Vec::new();
-    std::io::stdin()
-        .take(hooks::MAX_STATE)
-        .read_to_end(&mut state)
-        .map_err(CdiHookError::StateRead)?;
+    let state = libnvc::oci::state::read(std::io::stdin())?;
     hook.run(&state)
 }

@@ -1,6 +1,5 @@
 //! The hook's one job, end to end: state → spec → request → driver → container.
 
-use std::io::Read;
 use std::path::PathBuf;
 
 use libnvc::apply::{self, Target};
@@ -10,10 +9,6 @@ use libnvc::oci::{policy, spec};
 use libnvc::request::Request;
 use nvc_config::Config;
 use serde::Deserialize;
-
-/// The most of the state read from stdin: runc copies the spec's annotations into it, so
-/// it may be as large as a spec, plus the rest of the state.
-const MAX_STATE: u64 = spec::MAX_SPEC_SIZE + (64 << 10);
 
 /// Why the hook failed.
 #[derive(Debug, thiserror::Error)]
@@ -27,12 +22,9 @@ pub enum HookError {
     /// The configuration could not be loaded.
     #[error(transparent)]
     Config(#[from] nvc_config::ConfigError),
-    /// The container state on stdin is unreadable.
-    #[error("cannot read the container state on stdin")]
-    StateRead(#[source] std::io::Error),
-    /// The container state is larger than any runtime sends.
-    #[error("the container state on stdin is larger than {0} bytes")]
-    StateTooLarge(u64),
+    /// The container state on stdin is unreadable or too large.
+    #[error(transparent)]
+    StateRead(#[from] libnvc::oci::state::StateError),
     /// The container state is not what an OCI runtime sends.
     #[error("invalid container state on stdin (expected the OCI state JSON with pid and bundle)")]
     State(#[source] serde_json::Error),
@@ -85,14 +77,7 @@ pub fn run() -> Result<(), HookError> {
     )
     .map_err(HookError::Deadline)?;
 
-    let mut raw = Vec::new();
-    std::io::stdin()
-        .take(MAX_STATE + 1)
-        .read_to_end(&mut raw)
-        .map_err(HookError::StateRead)?;
-    if raw.len() as u64 > MAX_STATE {
-        return Err(HookError::StateTooLarge(MAX_STATE));
-    }
+    let raw = libnvc::oci::state::read(std::io::stdin())?;
     let state: State = serde_json::from_slice(&raw).map_err(HookError::State)?;
     if state.pid <= 0 {
         return Err(HookError::NoPid);

@@ -453,11 +453,22 @@ fn apply_spec(mut bundle: Bundle, spec: &Value, devices: &[&str]) -> Bundle {
 
 /// Runs `script` in a runc container from `rootfs` with the spec's `devices` applied.
 fn run_with_spec(h: &Host, rootfs: &TestRootfs, devices: &[&str], script: &str) -> Outcome {
+    run_with_spec_and(h, rootfs, devices, script, |b| b)
+}
+
+/// [`run_with_spec`] with `more` done to the bundle first.
+fn run_with_spec_and(
+    h: &Host,
+    rootfs: &TestRootfs,
+    devices: &[&str],
+    script: &str,
+    more: impl FnOnce(Bundle) -> Bundle,
+) -> Outcome {
     let spec: Value =
         serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
     let n = devices.join("-").replace(':', "_");
-    let bundle = Bundle::new(&h.dir.path().join(format!("bundle-{n}")), &rootfs.path)
-        .unwrap()
+    let bundle = Bundle::new(&h.dir.path().join(format!("bundle-{n}")), &rootfs.path).unwrap();
+    let bundle = more(bundle)
         .args(&["sh", "-c", script])
         .env(&["NVC_FAKE_PROC=/run/fake-proc"])
         .set(
@@ -516,6 +527,19 @@ fn runc_with_the_spec_applied_gets_the_gpu_and_loads_libcuda() {
     );
     assert!(again.stdout.contains("libcuda=ok"), "{again:?}");
     assert_eq!(std::fs::read(rootfs.ld_cache()).unwrap(), cache);
+}
+
+#[test]
+fn createcontainer_hooks_read_a_state_as_large_as_the_prestart_hook_does() {
+    // runc copies the annotations into the state on every hook's stdin: megabytes of them
+    // reach the CDI hooks as they reach the prestart hook (one limit, one error past it).
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let out = run_with_spec_and(&h, &rootfs, &["all"], "nvc-probe", |b| {
+        b.set("/annotations/org.example.big", json!("a".repeat(3 << 20)))
+    });
+    assert!(out.success(), "{out:?}");
+    assert!(out.stdout.contains("libcuda=ok"), "{out:?}");
 }
 
 #[test]

@@ -47,8 +47,6 @@ pub const LINKS_MODE: &str = "cdi-links";
 pub const LDCACHE_MODE: &str = "update-ldcache";
 /// `args[0]` of every hook.
 pub const ARGV0: &str = "nvc-hook";
-/// The most of the container state read from stdin.
-pub const MAX_STATE: u64 = 1 << 20;
 /// The most entries read from one library folder.
 const MAX_DIR_ENTRIES: usize = 1 << 16;
 /// The most of the image's ld.so.cache read.
@@ -138,8 +136,8 @@ pub enum CdiHookError {
     #[error(transparent)]
     Args(#[from] HookArgsError),
     /// The state could not be read from stdin.
-    #[error("cannot read the container state on stdin")]
-    StateRead(#[source] std::io::Error),
+    #[error(transparent)]
+    StateRead(#[from] crate::oci::state::StateError),
     /// The state on stdin is not the OCI state.
     #[error("invalid container state on stdin (expected the OCI state JSON with the bundle)")]
     State(#[source] serde_json::Error),
