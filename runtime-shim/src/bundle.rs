@@ -2,11 +2,11 @@
 //! their cgroup rules, the prestart hook) before runc reads it. A container that asks
 //! for no GPU keeps its config.json untouched, not even rewritten.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::{self, DriverRoots};
 use libnvc::edits::{self, ContainerLayout};
+use libnvc::oci::rootfs;
 use libnvc::oci::spec::{self, HookEntry};
 use libnvc::request::Request;
 use nvc_config::Config;
@@ -62,7 +62,7 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         source,
     };
     let view = spec::view(&spec, bundle).map_err(bad_spec)?;
-    refuse_linked_dev(&view.rootfs)?;
+    rootfs::refuse_linked_dev(&view.rootfs)?;
     let policy =
         libnvc::oci::request_policy(config, view.privileged).map_err(|e| ShimError::Policy {
             path: source.path.to_path_buf(),
@@ -79,12 +79,7 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         log::debug!("{}: no GPU asked for; left alone", spec_path.display());
         return Ok(());
     }
-    if is_host_root(&view.rootfs) {
-        return Err(ShimError::HostRoot {
-            rootfs: view.rootfs,
-            spec: spec_path,
-        });
-    }
+    rootfs::refuse_host_root(&view.rootfs, &spec_path)?;
 
     // Only the GPUs and their nodes: the files are the hook's business.
     let driver = discover::discover_devices(&DriverRoots::from_config(&config.driver))?;
@@ -120,34 +115,6 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         );
     }
     Ok(())
-}
-
-/// Refuses a rootfs whose `/dev` is a symbolic link, for every container. runc (1.1.x)
-/// makes `/dev/fd`, `/dev/stdin`, `/dev/stdout`, `/dev/stderr` and `/dev/ptmx` by joining
-/// the rootfs path and following that link in the host's view, so they land outside the
-/// container, before any hook runs. `/dev` is the runtime's own tmpfs: no working image
-/// needs it to be a link. Only the one entry directly under the trusted rootfs path is
-/// looked at, without following it.
-fn refuse_linked_dev(rootfs: &Path) -> Result<(), ShimError> {
-    let dev = rootfs.join("dev");
-    match std::fs::symlink_metadata(&dev) {
-        Ok(m) if m.file_type().is_symlink() => Err(ShimError::LinkedDev {
-            target: std::fs::read_link(&dev).unwrap_or_default(),
-            rootfs: rootfs.to_path_buf(),
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// Whether `rootfs` is the host's `/` (the same device and inode, so a link to `/` or a
-/// bind mount of it counts too). The hook would otherwise mount the driver's files over
-/// the host's own and rewrite its ld.so.cache. A rootfs that cannot be read is left to
-/// the runtime, which reports it.
-fn is_host_root(rootfs: &Path) -> bool {
-    match (std::fs::metadata(rootfs), std::fs::metadata("/")) {
-        (Ok(r), Ok(host)) => r.dev() == host.dev() && r.ino() == host.ino(),
-        _ => false,
-    }
 }
 
 /// runc runs the hook by absolute path; anything else fails late and obscurely.

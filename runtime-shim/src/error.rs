@@ -100,29 +100,7 @@ pub enum ShimError {
         /// The config file.
         config: PathBuf,
     },
-    /// The image's `/dev` is a symbolic link, which runc would follow out of the rootfs.
-    #[error(
-        "the image's /dev is a symbolic link (to {target}) in {rootfs}: the runtime would \
-         create /dev/fd, /dev/stdin, /dev/stdout, /dev/stderr and /dev/ptmx through it, \
-         outside the container; refusing to start it. Remove the link from the image: \
-         /dev is a tmpfs the runtime makes"
-    )]
-    LinkedDev {
-        /// Where the link points.
-        target: PathBuf,
-        /// The container's rootfs.
-        rootfs: PathBuf,
-    },
-    /// A GPU container's rootfs is the host's `/`: the hook would mount the driver into,
-    /// and update the ld.so.cache of, the host itself.
-    #[error(
-        "the container's root filesystem {rootfs} is the host's root directory: nvc will \
-         not set up a GPU container there (root.path in {spec})"
-    )]
-    HostRoot {
-        /// The rootfs, as the spec names it (joined to the bundle when relative).
-        rootfs: PathBuf,
-        /// The spec file.
-        spec: PathBuf,
-    },
+    /// The rootfs is one the runtime must not be given (a linked `/dev`, the host's `/`).
+    #[error(transparent)]
+    Rootfs(#[from] libnvc::oci::rootfs::RootfsError),
 }

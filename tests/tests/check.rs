@@ -691,6 +691,46 @@ fn bundle_asking_for_a_missing_gpu_fails_with_the_error() {
 }
 
 #[test]
+fn bundle_the_shim_refuses_is_said_not_to_start() {
+    // nvc-runtime refuses a rootfs whose /dev is a link (for any container) and a GPU
+    // container whose rootfs is the host's /: `nvc check` says the same, in the same words.
+    let host = Host::new();
+    for env in [&["NVIDIA_VISIBLE_DEVICES=all"][..], &[]] {
+        let dir = bundle(&host, env);
+        let dev = dir.join("rootfs/dev");
+        let _ = std::fs::remove_dir_all(&dev);
+        std::os::unix::fs::symlink("/tmp", &dev).unwrap();
+        let out = host.check(&["--bundle", dir.to_str().unwrap()]);
+        assert_eq!(out.code, Some(1), "{}", out.stdout);
+        assert!(
+            out.stdout.contains(
+                "The container would not start: nvc-runtime: the image's /dev is a symbolic link (to /tmp)"
+            ),
+            "{env:?}: {}",
+            out.stdout
+        );
+    }
+    let dir = host.path("bundle-host-root");
+    std::fs::create_dir_all(&dir).unwrap();
+    Bundle::new(&dir, Path::new("/"))
+        .unwrap()
+        .env(&["NVIDIA_VISIBLE_DEVICES=all"])
+        .write()
+        .unwrap();
+    let out = host.check(&["--bundle", dir.to_str().unwrap(), "--json"]);
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    let v = out.json();
+    assert_eq!(v["wouldStart"], false);
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("is the host's root directory"),
+        "{v}"
+    );
+}
+
+#[test]
 fn bundle_with_a_valid_request_lists_what_it_gets() {
     let host = Host::new();
     let gpus = host.gpus();

@@ -217,6 +217,12 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
             return report.fail(Row::fail("spec", e.clone(), fix_spec), "nvc-runtime", e);
         }
     };
+    // What nvc-runtime refuses before anything else, for any container.
+    if let Err(e) = libnvc::oci::rootfs::refuse_linked_dev(&view.rootfs) {
+        let e = error_chain(&e);
+        let fix = "remove the link from the image: /dev is a tmpfs the runtime makes";
+        return report.fail(Row::fail("rootfs", e.clone(), fix), "nvc-runtime", e);
+    }
     report.steps.push(Row::ok(
         "spec",
         format!(
@@ -327,6 +333,11 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
         ));
         report.would_start = true;
         return report;
+    }
+    if let Err(e) = libnvc::oci::rootfs::refuse_host_root(&view.rootfs, &spec_path) {
+        let e = error_chain(&e);
+        let fix = "give the bundle a root.path of its own";
+        return report.fail(Row::fail("rootfs", e.clone(), fix), "nvc-runtime", e);
     }
     report.gpu_support = true;
 
