@@ -25,7 +25,6 @@ use crate::discover::{Driver, LibClass};
 use crate::edits::{self, ContainerEdits, ContainerLayout, EditsError, MountKind};
 use crate::ldcache::{self, CacheArch, Entry};
 use crate::request::Request;
-use crate::version::Version;
 
 /// What the hook knows about the container besides the edits.
 #[derive(Debug, Clone)]
@@ -409,7 +408,7 @@ fn update_ldcache(
     driver: &Driver,
     edits: &ContainerEdits,
 ) -> Result<(), ApplyError> {
-    let mut entries: Vec<Entry> = compat_entries(root, driver);
+    let mut entries: Vec<Entry> = crate::compat::entries(root, driver.version().as_ref());
     let mut ours = Vec::new();
     for lib in &driver.libraries {
         // The folder the library was mounted into, if it was.
@@ -476,42 +475,4 @@ fn update_ldcache(
     root.mkdir_all(Path::new("/etc"), 0o755)?;
     root.write_file(cache, &bytes, 0o644)?;
     Ok(())
-}
-
-/// The CUDA forward-compatibility libraries of the image, when its `libcuda.so.<v>` in
-/// `/usr/local/cuda/compat` is newer than the host driver: entries named by soname-like
-/// file names (`libcuda.so.1`, `libnvidia-nvvm.so.4`, ...).
-fn compat_entries(root: &ContainerRoot, driver: &Driver) -> Vec<Entry> {
-    let dir = Path::new("/usr/local/cuda/compat");
-    let Ok(names) = root.read_dir(dir, 4096) else {
-        return Vec::new();
-    };
-    let host = driver.version();
-    let newer = names.iter().any(|n| {
-        n.strip_prefix("libcuda.so.")
-            .and_then(|v| v.parse::<Version>().ok())
-            .is_some_and(|v| v.parts().len() >= 2 && host.as_ref().is_some_and(|h| v > *h))
-    });
-    if !newer {
-        return Vec::new();
-    }
-    info!(
-        "using the image's newer CUDA compat libraries from {}",
-        dir.display()
-    );
-    let mut out: Vec<Entry> = names
-        .iter()
-        .filter(|n| {
-            n.split_once(".so.")
-                .is_some_and(|(_, v)| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .map(|n| Entry {
-            name: n.clone(),
-            path: dir.join(n).display().to_string(),
-            flags: CacheArch::X86_64.flags(),
-            hwcap: 0,
-        })
-        .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
 }

@@ -440,7 +440,10 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
         wanted.push(hooks::CdiHook::Links(links));
     }
     if !edits.ldcache_dirs.is_empty() {
-        wanted.push(hooks::CdiHook::UpdateLdcache(edits.ldcache_dirs.clone()));
+        wanted.push(hooks::CdiHook::UpdateLdcache {
+            folders: edits.ldcache_dirs.clone(),
+            compat_above: driver.version(),
+        });
     }
     for hook in wanted {
         spec_hooks.push(Hook {

@@ -10,6 +10,7 @@
 pub mod apply;
 pub mod caps;
 pub mod cdi;
+pub mod compat;
 pub mod devcgroup;
 pub mod discover;
 pub mod edits;

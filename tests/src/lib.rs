@@ -42,7 +42,8 @@ pub use harness::{
 };
 pub use proc_tree::proc_version;
 pub use rootfs::{
-    elf_interpreter, RootfsSpec, TestRootfs, BUSYBOX_APPLETS, LOADER_PATH, PROBE_PATH,
+    add_compat_libcuda, elf_interpreter, RootfsSpec, TestRootfs, BUSYBOX_APPLETS, LOADER_PATH,
+    PROBE_PATH,
 };
 pub use setup::{TestSetup, FAKE_PROC_MOUNT};
 pub use spec::{FakeDriverSpec, FakeGpu, FAKE_GPU_MODEL, MAX_GPU_MINOR};

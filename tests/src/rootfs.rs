@@ -567,3 +567,31 @@ fn run_ldconfig(root: &Path) -> Result<(), FakeError> {
         other => other,
     }
 }
+
+/// Puts a libcuda in `rootfs`'s `/usr/local/cuda/compat`, as NVIDIA's `cuda-compat` package
+/// does: a real shared object (built with gcc in `work`) whose cuDriverGetVersion reports
+/// `cuda`, named `libcuda.so.<version>`, with its soname link `libcuda.so.1`.
+pub fn add_compat_libcuda(rootfs: &Path, work: &Path, version: &str, cuda: i32) {
+    let compat = rootfs.join("usr/local/cuda/compat");
+    std::fs::create_dir_all(&compat).expect("create usr/local/cuda/compat");
+    let src = work.join(format!("compat-{version}.c"));
+    std::fs::write(
+        &src,
+        format!(
+            "int cuInit(unsigned f) {{ (void)f; return 0; }}\n\
+             int cuDriverGetVersion(int *v) {{ *v = {cuda}; return 0; }}\n\
+             int cuDeviceGetCount(int *n) {{ *n = 0; return 0; }}\n"
+        ),
+    )
+    .expect("write the compat libcuda's source");
+    let file = format!("libcuda.so.{version}");
+    let built = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
+        .arg(compat.join(&file))
+        .arg(&src)
+        .status()
+        .expect("this test needs gcc");
+    assert!(built.success(), "gcc could not build {file}");
+    let _ = std::fs::remove_file(compat.join("libcuda.so.1"));
+    std::os::unix::fs::symlink(&file, compat.join("libcuda.so.1")).expect("link libcuda.so.1");
+}

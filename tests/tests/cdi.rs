@@ -12,8 +12,8 @@ use std::process::{Command, Output, Stdio};
 
 use libnvc::cdi::Spec;
 use nvc_tests::{
-    nvc_config_for, require_root, runc_path, tree_digest, workspace_bin, Bundle, FakeDriver,
-    FakeDriverSpec, FakeGpu, Outcome, RootfsSpec, Runtime, TestRootfs,
+    add_compat_libcuda, nvc_config_for, require_root, runc_path, tree_digest, workspace_bin,
+    Bundle, FakeDriver, FakeDriverSpec, FakeGpu, Outcome, RootfsSpec, Runtime, TestRootfs,
 };
 use serde_json::{json, Value};
 
@@ -212,7 +212,14 @@ fn generated_spec_describes_the_fake_driver() {
     )));
     assert_eq!(
         hooks[1]["args"],
-        json!(["nvc-hook", "update-ldcache", "--folder", LIB])
+        json!([
+            "nvc-hook",
+            "update-ldcache",
+            "--folder",
+            LIB,
+            "--cuda-compat-above",
+            "999.88.77"
+        ])
     );
 
     // the YAML form holds the same spec
@@ -540,6 +547,33 @@ fn createcontainer_hooks_read_a_state_as_large_as_the_prestart_hook_does() {
     });
     assert!(out.success(), "{out:?}");
     assert!(out.stdout.contains("libcuda=ok"), "{out:?}");
+}
+
+#[test]
+fn cdi_containers_keep_cuda_forward_compatibility() {
+    // As through the prestart hook (containers::newer_cuda_compat_libraries_come_first):
+    // the image's newer compat libcuda is the one loaded; an older one is ignored.
+    let h = Host::new();
+    let newer = h.rootfs("newer");
+    add_compat_libcuda(&newer.path, h.dir.path(), "1000.1.2", 123450);
+    let out = run_with_spec(&h, &newer, &["all"], "nvc-probe");
+    assert!(out.success(), "{out:?}");
+    assert!(
+        out.stdout
+            .contains("realpath=/usr/local/cuda/compat/libcuda.so.1000.1.2"),
+        "{out:?}"
+    );
+    assert!(out.stdout.contains("cuda_version=123450"), "{out:?}");
+
+    let older = h.rootfs("older");
+    add_compat_libcuda(&older.path, h.dir.path(), "500.1.2", 111110);
+    let out = run_with_spec(&h, &older, &["all"], "nvc-probe");
+    assert!(out.success(), "{out:?}");
+    assert!(
+        out.stdout
+            .contains(&format!("realpath={LIB}/libcuda.so.999.88.77")),
+        "{out:?}"
+    );
 }
 
 #[test]

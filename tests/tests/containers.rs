@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 use nvc_tests::{
-    tree_digest, Bundle, FakeDriver, FakeDriverSpec, Outcome, RootfsSpec, Runtime, TestRootfs,
-    TestSetup,
+    add_compat_libcuda, tree_digest, Bundle, FakeDriver, FakeDriverSpec, Outcome, RootfsSpec,
+    Runtime, TestRootfs, TestSetup,
 };
 use serde_json::json;
 
@@ -356,37 +356,10 @@ fn lib64_images_get_libraries_in_usr_lib64() {
     );
 }
 
-/// Builds a libcuda for `/usr/local/cuda/compat` that reports `cuda` from
-/// cuDriverGetVersion, with the file name `libcuda.so.<version>` and the soname link.
-fn add_compat_libcuda(w: &World, version: &str, cuda: i32) {
-    let compat = w.rootfs.path.join("usr/local/cuda/compat");
-    std::fs::create_dir_all(&compat).unwrap();
-    let src = w.dir.path().join(format!("compat-{version}.c"));
-    std::fs::write(
-        &src,
-        format!(
-            "int cuInit(unsigned f) {{ (void)f; return 0; }}\n\
-             int cuDriverGetVersion(int *v) {{ *v = {cuda}; return 0; }}\n\
-             int cuDeviceGetCount(int *n) {{ *n = 0; return 0; }}\n"
-        ),
-    )
-    .unwrap();
-    let file = format!("libcuda.so.{version}");
-    assert!(std::process::Command::new("gcc")
-        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
-        .arg(compat.join(&file))
-        .arg(&src)
-        .status()
-        .unwrap()
-        .success());
-    let _ = std::fs::remove_file(compat.join("libcuda.so.1"));
-    std::os::unix::fs::symlink(&file, compat.join("libcuda.so.1")).unwrap();
-}
-
 #[test]
 fn newer_cuda_compat_libraries_come_first() {
     let w = World::new();
-    add_compat_libcuda(&w, "1000.1.2", 123450);
+    add_compat_libcuda(&w.rootfs.path, w.dir.path(), "1000.1.2", 123450);
     let out = w.ok(
         &["NVIDIA_VISIBLE_DEVICES=all"],
         "nvc-probe; ls -l /usr/local/cuda/compat/",
@@ -412,7 +385,7 @@ fn newer_cuda_compat_libraries_come_first() {
 #[test]
 fn older_cuda_compat_libraries_are_ignored() {
     let w = World::new();
-    add_compat_libcuda(&w, "500.1.2", 111110);
+    add_compat_libcuda(&w.rootfs.path, w.dir.path(), "500.1.2", 111110);
     let out = w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
     assert!(
         out.contains(&format!("realpath={LIB}/libcuda.so.999.88.77")),

@@ -40,6 +40,7 @@ use serde::Deserialize;
 use super::CdiError;
 use crate::ldcache::{self, CacheArch, Entry};
 use crate::oci::spec::{self, SpecError};
+use crate::version::Version;
 
 /// The mode that makes symbolic links.
 pub const LINKS_MODE: &str = "cdi-links";
@@ -51,6 +52,8 @@ pub const ARGV0: &str = "nvc-hook";
 const MAX_DIR_ENTRIES: usize = 1 << 16;
 /// The most of the image's ld.so.cache read.
 const MAX_CACHE: usize = 16 << 20;
+/// The flag that passes the host driver's version for CUDA forward compatibility.
+const COMPAT_FLAG: &str = "--cuda-compat-above";
 /// Where the loader reads its cache.
 const LD_CACHE: &str = "/etc/ld.so.cache";
 
@@ -96,9 +99,17 @@ impl Link {
 pub enum CdiHook {
     /// `cdi-links --link <target>::<link> …`: make (or replace) the links.
     Links(Vec<Link>),
-    /// `update-ldcache --folder <dir> …`: add the 64-bit libraries of these container
-    /// folders to the container's ld.so.cache, before the image's own entries.
-    UpdateLdcache(Vec<PathBuf>),
+    /// `update-ldcache --folder <dir> … [--cuda-compat-above <version>]`: add the 64-bit
+    /// libraries of these container folders to the container's ld.so.cache, before the
+    /// image's own entries; with a version (the host driver's), the image's CUDA
+    /// forward-compatibility libraries go first when newer ([`crate::compat`]), as the
+    /// prestart hook does.
+    UpdateLdcache {
+        /// The folders whose libraries are listed.
+        folders: Vec<PathBuf>,
+        /// The host driver's version, above which the image's compat libraries win.
+        compat_above: Option<Version>,
+    },
 }
 
 /// Hook arguments that are not what the spec writes.
@@ -124,6 +135,9 @@ pub enum HookArgsError {
     /// A `--folder` that is not an absolute path.
     #[error("folder {0:?} is not an absolute path in the container")]
     BadFolder(String),
+    /// A `--cuda-compat-above` that is no driver version.
+    #[error("invalid driver version {0:?} for --cuda-compat-above")]
+    BadVersion(String),
     /// A mode that is not a CDI hook's.
     #[error("unknown CDI hook mode {0:?} (expected cdi-links or update-ldcache)")]
     Mode(String),
@@ -182,7 +196,7 @@ impl CdiHook {
     pub fn mode(&self) -> &'static str {
         match self {
             CdiHook::Links(_) => LINKS_MODE,
-            CdiHook::UpdateLdcache(_) => LDCACHE_MODE,
+            CdiHook::UpdateLdcache { .. } => LDCACHE_MODE,
         }
     }
 
@@ -196,7 +210,10 @@ impl CdiHook {
                     args.push(link.to_arg()?);
                 }
             }
-            CdiHook::UpdateLdcache(folders) => {
+            CdiHook::UpdateLdcache {
+                folders,
+                compat_above,
+            } => {
                 for folder in folders {
                     args.push("--folder".to_string());
                     args.push(
@@ -206,6 +223,10 @@ impl CdiHook {
                             .to_string(),
                     );
                 }
+                if let Some(version) = compat_above {
+                    args.push(COMPAT_FLAG.to_string());
+                    args.push(version.to_string());
+                }
             }
         }
         Ok(args)
@@ -213,48 +234,61 @@ impl CdiHook {
 
     /// Reads the arguments after the mode.
     pub fn from_args(mode: &str, args: &[String]) -> Result<CdiHook, HookArgsError> {
-        let (mode, flag, expected): (&'static str, &'static str, &'static str) = match mode {
-            LINKS_MODE => (LINKS_MODE, "--link", "--link <target>::<link>"),
-            LDCACHE_MODE => (LDCACHE_MODE, "--folder", "--folder <dir>"),
+        let (mode, flags, expected): (&'static str, &[&'static str], &'static str) = match mode {
+            LINKS_MODE => (LINKS_MODE, &["--link"], "--link <target>::<link>"),
+            LDCACHE_MODE => (
+                LDCACHE_MODE,
+                &["--folder", COMPAT_FLAG],
+                "--folder <dir> and --cuda-compat-above <driver version>",
+            ),
             other => return Err(HookArgsError::Mode(other.to_string())),
         };
-        let mut values = Vec::new();
+        let mut values: Vec<(&'static str, String)> = Vec::new();
         let mut it = args.iter();
-        while let Some(arg) = it.next() {
-            let value = if arg == flag {
-                it.next()
-                    .ok_or(HookArgsError::MissingValue { flag })?
-                    .clone()
-            } else if let Some(v) = arg.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
-                v.to_string()
-            } else {
-                return Err(HookArgsError::Unknown {
-                    arg: arg.clone(),
-                    expected,
-                });
-            };
-            values.push(value);
+        'args: while let Some(arg) = it.next() {
+            for &flag in flags {
+                if arg == flag {
+                    let value = it.next().ok_or(HookArgsError::MissingValue { flag })?;
+                    values.push((flag, value.clone()));
+                    continue 'args;
+                }
+                if let Some(v) = arg.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+                    values.push((flag, v.to_string()));
+                    continue 'args;
+                }
+            }
+            return Err(HookArgsError::Unknown {
+                arg: arg.clone(),
+                expected,
+            });
         }
         if mode == LINKS_MODE {
             let links = values
                 .iter()
-                .map(|v| Link::parse(v))
+                .map(|(_, v)| Link::parse(v))
                 .collect::<Result<_, _>>()?;
-            Ok(CdiHook::Links(links))
-        } else {
-            let folders = values
-                .into_iter()
-                .map(|v| {
-                    let p = PathBuf::from(&v);
-                    if p.is_absolute() {
-                        Ok(p)
-                    } else {
-                        Err(HookArgsError::BadFolder(v))
-                    }
-                })
-                .collect::<Result<_, _>>()?;
-            Ok(CdiHook::UpdateLdcache(folders))
+            return Ok(CdiHook::Links(links));
         }
+        let mut folders = Vec::new();
+        let mut compat_above = None;
+        for (flag, v) in values {
+            if flag == COMPAT_FLAG {
+                let version = v
+                    .parse::<Version>()
+                    .map_err(|_| HookArgsError::BadVersion(v.clone()))?;
+                compat_above = Some(version);
+                continue;
+            }
+            let p = PathBuf::from(&v);
+            if !p.is_absolute() {
+                return Err(HookArgsError::BadFolder(v));
+            }
+            folders.push(p);
+        }
+        Ok(CdiHook::UpdateLdcache {
+            folders,
+            compat_above,
+        })
     }
 
     /// Does the hook's work in the container that `state` (the OCI state on the hook's
@@ -275,7 +309,10 @@ impl CdiHook {
                 }
                 Ok(())
             }
-            CdiHook::UpdateLdcache(folders) => update_ldcache(root, folders),
+            CdiHook::UpdateLdcache {
+                folders,
+                compat_above,
+            } => update_ldcache(root, folders, compat_above.as_ref()),
         }
     }
 }
@@ -359,8 +396,12 @@ fn folder_entries(root: &ContainerRoot, folder: &Path) -> Result<Vec<Entry>, Cdi
 
 /// Writes the container's ld.so.cache: the folders' libraries first (so the driver's
 /// win over any copy the image has), then the image's own entries, each entry once.
-fn update_ldcache(root: &ContainerRoot, folders: &[PathBuf]) -> Result<(), CdiHookError> {
-    let mut entries = Vec::new();
+fn update_ldcache(
+    root: &ContainerRoot,
+    folders: &[PathBuf],
+    compat_above: Option<&Version>,
+) -> Result<(), CdiHookError> {
+    let mut entries = crate::compat::entries(root, compat_above);
     for folder in folders {
         entries.extend(folder_entries(root, folder)?);
     }
@@ -409,8 +450,15 @@ mod tests {
                     link: "/usr/lib/x86_64-linux-gnu/libcuda.so".into(),
                 },
             ]),
-            CdiHook::UpdateLdcache(vec!["/usr/lib/x86_64-linux-gnu".into()]),
+            CdiHook::UpdateLdcache {
+                folders: vec!["/usr/lib/x86_64-linux-gnu".into()],
+                compat_above: None,
+            },
             CdiHook::Links(Vec::new()),
+            CdiHook::UpdateLdcache {
+                folders: vec!["/usr/lib64".into()],
+                compat_above: Some("580.159.04".parse().unwrap()),
+            },
         ];
         for hook in hooks {
             let args = hook.args().unwrap();
@@ -419,14 +467,24 @@ mod tests {
             assert_eq!(CdiHook::from_args(&args[1], &args[2..]).unwrap(), hook);
         }
         assert_eq!(
-            CdiHook::UpdateLdcache(vec!["/usr/lib64".into()])
-                .args()
-                .unwrap(),
+            CdiHook::UpdateLdcache {
+                folders: vec!["/usr/lib64".into()],
+                compat_above: None,
+            }
+            .args()
+            .unwrap(),
             ["nvc-hook", "update-ldcache", "--folder", "/usr/lib64"]
         );
         assert_eq!(
+            CdiHook::from_args(LDCACHE_MODE, &strings(&["--cuda-compat-above", "x.y"])),
+            Err(HookArgsError::BadVersion("x.y".into()))
+        );
+        assert_eq!(
             CdiHook::from_args(LDCACHE_MODE, &strings(&["--folder=/a"])).unwrap(),
-            CdiHook::UpdateLdcache(vec!["/a".into()])
+            CdiHook::UpdateLdcache {
+                folders: vec!["/a".into()],
+                compat_above: None,
+            }
         );
     }
 
@@ -524,7 +582,10 @@ mod tests {
             ]),
         )
         .unwrap();
-        let ldcache = CdiHook::UpdateLdcache(vec![d.into(), "/no/such/dir".into()]);
+        let ldcache = CdiHook::UpdateLdcache {
+            folders: vec![d.into(), "/no/such/dir".into()],
+            compat_above: None,
+        };
         let root = ContainerRoot::open(&rootfs).unwrap();
         links.apply(&root).unwrap();
         ldcache.apply(&root).unwrap();
