@@ -220,8 +220,8 @@ pub fn apply(
     Ok(edits)
 }
 
-/// The runtime's fresh tmpfs mounts that hold something nvc mounts: `/dev` and the
-/// spec's other `tmpfs` mounts (containerd's `/run`, a read-only container's `/tmp`), each
+/// The runtime's fresh tmpfs mounts that hold something nvc mounts: the spec's `tmpfs`
+/// mounts (`/dev`, containerd's `/run`, a read-only container's `/tmp`), each
 /// opened as a [`ContainerRoot::submount`] checked to be a tmpfs. They are the container's
 /// own, emptied with it, and the image has nothing in them; everything else stays on the
 /// rootfs's mount.
@@ -237,8 +237,9 @@ impl RuntimeTmpfs {
         needed: impl Iterator<Item = &'a Path>,
     ) -> Result<RuntimeTmpfs, FsError> {
         let needed: Vec<&Path> = needed.collect();
+        // `/dev` too only when the spec makes it a tmpfs: a bind of the host's /dev
+        // (`-v /dev:/dev`) is a volume, where nothing is made.
         let mut dirs: Vec<&Path> = spec_tmpfs.iter().map(PathBuf::as_path).collect();
-        dirs.push(Path::new("/dev"));
         dirs.sort();
         dirs.dedup();
         dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));

@@ -395,6 +395,52 @@ fn older_cuda_compat_libraries_are_ignored() {
 }
 
 #[test]
+fn hook_only_mode_makes_nothing_in_a_dev_bound_from_the_host() {
+    // `-v /dev:/dev`: the container's /dev is a volume, not the runtime's fresh tmpfs. The
+    // hook, which binds the nodes itself here, refuses rather than make mount points in
+    // the host folder behind it.
+    let w = World::new();
+    let config = w.dir.path().join("config.toml");
+    // A tmpfs, as the host's devtmpfs is to statfs: only the spec tells it from the
+    // runtime's own /dev.
+    let host_dev =
+        nvc_tests::TestMount::tmpfs(&w.dir.path().join("host-dev"), "mode=0755").unwrap();
+    let volume = host_dev.path().to_path_buf();
+    let b = w
+        .bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "true")
+        .set(
+            "/mounts/1",
+            json!({"destination": "/dev", "type": "bind", "source": volume,
+                   "options": ["rbind", "rprivate"]}),
+        )
+        .set(
+            "/hooks",
+            json!({"prestart": [{
+                "path": nvc_tests::workspace_bin("nvc-hook"),
+                "args": ["nvidia-container-runtime-hook", "prestart"],
+                "env": [format!("NVC_CONFIG={}", config.display())],
+            }]}),
+        )
+        .write()
+        .unwrap();
+    assert_eq!(b.config["mounts"][1]["destination"], "/dev");
+    let rt = Runtime::runc(&w.dir.path().join("runc-state"));
+    let out = rt.run(&b, &format!("nvc-hostdev-{}", std::process::id()));
+    assert!(!out.success(), "{out:?}");
+    let said = format!("{}{}", out.stderr, out.log_messages().join("\n"));
+    assert!(
+        said.contains("/dev") && said.contains("not the container's root filesystem"),
+        "{said}"
+    );
+    let made: Vec<String> = std::fs::read_dir(&volume)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("nvidia"))
+        .collect();
+    assert!(made.is_empty(), "nvc made {made:?} in the host's folder");
+}
+
+#[test]
 fn hook_only_mode_binds_the_device_nodes_itself() {
     // As Docker's --gpus or a Podman hooks.d file runs it: plain runc, the hook in the
     // spec, no device in linux.devices.
