@@ -347,18 +347,8 @@ impl Suite<'_> {
         .iter()
         .zip([(&samples[0], &samples[1]), (&samples[2], &samples[3])])
         {
-            let per_round: Vec<f64> = ours
-                .times
-                .iter()
-                .zip(&theirs.times)
-                .map(|(a, b)| (a.as_secs_f64() - b.as_secs_f64()) * 1e3)
-                .collect();
-            let cpu_per_round: Vec<f64> = ours
-                .cpu
-                .iter()
-                .zip(&theirs.cpu)
-                .map(|(a, b)| (a.as_secs_f64() - b.as_secs_f64()) * 1e3)
-                .collect();
+            let per_round = per_round_ms(&ours.times, &theirs.times);
+            let cpu_per_round = per_round_ms(&ours.cpu, &theirs.cpu);
             let slower = per_round.iter().filter(|d| **d > 0.0).count();
             table.row([
                 name.to_string(),
@@ -575,6 +565,14 @@ pub fn scaling_target(scaling: &[(u32, f64)]) -> (String, String) {
 
 fn yes_no(met: bool) -> String {
     if met { "yes" } else { "**no**" }.to_string()
+}
+
+/// `ours[i] - theirs[i]` in milliseconds, round by round.
+fn per_round_ms(ours: &[std::time::Duration], theirs: &[std::time::Duration]) -> Vec<f64> {
+    ours.iter()
+        .zip(theirs)
+        .map(|(a, b)| (a.as_secs_f64() - b.as_secs_f64()) * 1e3)
+        .collect()
 }
 
 /// The median of `values` (the mean of the middle two for an even count); NaN when empty.

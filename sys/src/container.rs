@@ -46,7 +46,8 @@ use rustix::io::Errno;
 pub use mount::{
     check_char_device, enter_mount_namespace, mkdir_at, write_at, DetachedMount, MountAttrs,
 };
-pub use walk::mount_id;
+#[cfg(test)]
+use walk::mount_id;
 
 /// The most symbolic links one resolution follows, as the kernel's `MAXSYMLINKS`.
 const MAX_LINKS: u32 = 40;
@@ -692,7 +693,7 @@ impl ContainerRoot {
     }
 
     /// What `path` resolves to inside the root (on its mount), if anything.
-    pub fn kind(&self, path: &Path) -> Option<FileKind> {
+    fn kind(&self, path: &Path) -> Option<FileKind> {
         let fd = self.resolve(path).ok()?;
         rustix::fs::fstat(&fd).ok().map(|st| FileKind::of(&st))
     }

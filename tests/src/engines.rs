@@ -138,6 +138,16 @@ pub fn find_program(program: &'static str, package: &'static str) -> Result<Path
 /// Runs `command` to its end (stdin null, stdout and stderr to files in `io_dir`), killing
 /// its process group after `timeout`.
 pub fn run_command(command: &mut Command, io_dir: &Path, timeout: Duration) -> Outcome {
+    run_command_with(command, Stdio::null(), io_dir, timeout)
+}
+
+/// [`run_command`] with `stdin` on the command's standard input.
+pub(crate) fn run_command_with(
+    command: &mut Command,
+    stdin: Stdio,
+    io_dir: &Path,
+    timeout: Duration,
+) -> Outcome {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let line = describe(command);
@@ -156,7 +166,7 @@ pub fn run_command(command: &mut Command, io_dir: &Path, timeout: Duration) -> O
         (Err(e), _) | (_, Err(e)) => return failed(format!("cannot create output files: {e}")),
     };
     command
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(out)
         .stderr(err)
         .process_group(0);

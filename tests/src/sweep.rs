@@ -6,15 +6,13 @@
 //! with a time bound.
 
 use std::fs::File;
-use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::engines::wait_or_kill_group;
-use crate::harness::{describe, host_mounts, processes_under, read_lossy};
+use crate::engines::run_command_with;
+use crate::harness::{host_mounts, processes_under};
 use crate::Outcome;
 
 /// The mount points at or under `dir` in this process's mount namespace, deepest first (the
@@ -139,33 +137,10 @@ pub fn run_with_stdin(
 ) -> Outcome {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let line = describe(command);
-    let [input, stdout, stderr] =
-        ["stdin", "stdout", "stderr"].map(|s| io_dir.join(format!("run.{n}.{s}")));
-    let create = |p: &Path| File::create(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    create(&input)
-        .write_all(stdin)
-        .unwrap_or_else(|e| panic!("{}: {e}", input.display()));
+    let input = io_dir.join(format!("run.{n}.stdin"));
+    std::fs::write(&input, stdin).unwrap_or_else(|e| panic!("{}: {e}", input.display()));
     let input_file = File::open(&input).unwrap_or_else(|e| panic!("{}: {e}", input.display()));
-    command
-        .stdin(input_file)
-        .stdout(create(&stdout))
-        .stderr(create(&stderr))
-        .process_group(0);
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {line}: {e}"));
-    let (status, timed_out) = wait_or_kill_group(&mut child, timeout);
-    let outcome = Outcome {
-        command: line,
-        status,
-        timed_out,
-        stdout: read_lossy(&stdout),
-        stderr: read_lossy(&stderr),
-        log: String::new(),
-    };
-    for p in [input, stdout, stderr] {
-        let _ = std::fs::remove_file(p);
-    }
+    let outcome = run_command_with(command, Stdio::from(input_file), io_dir, timeout);
+    let _ = std::fs::remove_file(&input);
     outcome
 }

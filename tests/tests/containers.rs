@@ -394,6 +394,16 @@ fn older_cuda_compat_libraries_are_ignored() {
     assert!(out.contains("cuda_version=99010"), "{out}");
 }
 
+/// The spec's `hooks` as Docker's `--gpus` or a Podman hooks.d file give them: nvc-hook
+/// alone, run by its other name, with the nvc config `config`.
+fn hook_only(config: &std::path::Path) -> serde_json::Value {
+    json!({"prestart": [{
+        "path": nvc_tests::workspace_bin("nvc-hook"),
+        "args": ["nvidia-container-runtime-hook", "prestart"],
+        "env": [format!("NVC_CONFIG={}", config.display())],
+    }]})
+}
+
 #[test]
 fn hook_only_mode_makes_nothing_in_a_dev_bound_from_the_host() {
     // `-v /dev:/dev`: the container's /dev is a volume, not the runtime's fresh tmpfs. The
@@ -413,14 +423,7 @@ fn hook_only_mode_makes_nothing_in_a_dev_bound_from_the_host() {
             json!({"destination": "/dev", "type": "bind", "source": volume,
                    "options": ["rbind", "rprivate"]}),
         )
-        .set(
-            "/hooks",
-            json!({"prestart": [{
-                "path": nvc_tests::workspace_bin("nvc-hook"),
-                "args": ["nvidia-container-runtime-hook", "prestart"],
-                "env": [format!("NVC_CONFIG={}", config.display())],
-            }]}),
-        )
+        .set("/hooks", hook_only(&config))
         .write()
         .unwrap();
     assert_eq!(b.config["mounts"][1]["destination"], "/dev");
@@ -452,14 +455,7 @@ fn hook_only_mode_binds_the_device_nodes_itself() {
             &["NVIDIA_VISIBLE_DEVICES=1"],
             &format!("{LIST_NODES}; nvc-probe"),
         )
-        .set(
-            "/hooks",
-            json!({"prestart": [{
-                "path": nvc_tests::workspace_bin("nvc-hook"),
-                "args": ["nvidia-container-runtime-hook", "prestart"],
-                "env": [format!("NVC_CONFIG={}", config.display())],
-            }]}),
-        )
+        .set("/hooks", hook_only(&config))
         .write()
         .unwrap();
     let rt = Runtime::runc(&w.dir.path().join("runc-state"));

@@ -1,7 +1,6 @@
 //! What `nvc-runtime` refuses about a bundle's rootfs before the runtime sees it, in one
 //! place, so that `nvc check --bundle` says the same.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// A rootfs the runtime must not be given.
@@ -68,10 +67,10 @@ pub fn refuse_host_root(rootfs: &Path, spec: &Path) -> Result<(), RootfsError> {
 /// the host's own and rewrite its ld.so.cache. A rootfs that cannot be read is left to
 /// the runtime, which reports it.
 pub fn is_host_root(rootfs: &Path) -> bool {
-    match (std::fs::metadata(rootfs), std::fs::metadata("/")) {
-        (Ok(r), Ok(host)) => r.dev() == host.dev() && r.ino() == host.ino(),
-        _ => false,
-    }
+    matches!(
+        nvc_sys::container::refuse_host_root(rootfs),
+        Err(nvc_sys::container::FsError::HostRoot { .. })
+    )
 }
 
 #[cfg(test)]

@@ -153,7 +153,7 @@ pub(super) fn fd_walk_in_root(
 /// The id of the mount `fd` is on: `statx(STATX_MNT_ID)` (Linux 5.8), else the `mnt_id`
 /// line of `/proc/self/fdinfo/<fd>` (Linux 3.15). The same number as the first field of
 /// `/proc/self/mountinfo`.
-pub fn mount_id(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
+pub(crate) fn mount_id(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
     let stx = rustix::fs::statx(
         fd,
         "",
