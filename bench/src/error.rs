@@ -126,14 +126,4 @@ impl BenchError {
     }
 }
 
-/// The error and its causes on one line: `a: b: c`.
-pub fn chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
-        source = e.source();
-    }
-    out
-}
+pub use libnvc::report::error_chain as chain;

@@ -654,8 +654,11 @@ fn fake_driver(work: &Path, name: &str, gpus: u32) -> Result<Driver, BenchError>
 /// The host's driver at the default roots.
 fn real_driver() -> Result<Driver, BenchError> {
     let roots = DriverConfig::default();
-    let found = libnvc::discover::discover(&libnvc::discover::DriverRoots::from_config(&roots))
-        .map_err(BenchError::Discover)?;
+    let found = libnvc::discover::discover(
+        &libnvc::discover::DriverRoots::from_config(&roots),
+        &nvc_host::probe::RealHost,
+    )
+    .map_err(BenchError::Discover)?;
     let model = found
         .gpus
         .first()

@@ -136,8 +136,11 @@ pub fn run(command: &CdiCommand) -> Result<(), CdiError> {
 /// The spec for this host, per the configuration.
 fn host_spec(strategy: StrategyArg) -> Result<Spec, CdiError> {
     let (config, _) = Config::load_from_env()?;
-    libnvc::logging::init(&config.log, "nvc");
-    let driver = discover::discover(&DriverRoots::from_config(&config.driver))?;
+    nvc_host::logging::init(&config.log, "nvc");
+    let driver = discover::discover(
+        &DriverRoots::from_config(&config.driver),
+        &nvc_host::probe::RealHost,
+    )?;
     let options = GenerateOptions {
         strategy: strategy.into(),
         ..GenerateOptions::new(&config.hook.path)

@@ -17,7 +17,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use libnvc::logging::shorten;
+use libnvc::report::shorten;
 use serde::Serialize;
 
 /// Options of `nvc check`.
@@ -300,7 +300,7 @@ fn emit(text: &str) -> Result<(), CheckError> {
 
 /// The table: mark, check, detail; a fix on its own line under the detail. Details quote
 /// what a bundle's spec holds (variables, annotations, paths): each cell is escaped and
-/// bounded ([`libnvc::logging::shorten`]), so a row stays one line of text.
+/// bounded ([`libnvc::report::shorten`]), so a row stays one line of text.
 pub fn render_rows(rows: &[Row]) -> String {
     let width = rows
         .iter()

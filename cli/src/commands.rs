@@ -37,22 +37,30 @@ pub enum CliError {
 
 fn load() -> Result<(Config, PathBuf, Driver), CliError> {
     let (config, path) = Config::load_from_env()?;
-    libnvc::logging::init(&config.log, "nvc");
-    let driver = discover::discover(&DriverRoots::from_config(&config.driver))?;
+    nvc_host::logging::init(&config.log, "nvc");
+    let driver = discover::discover(
+        &DriverRoots::from_config(&config.driver),
+        &nvc_host::probe::RealHost,
+    )?;
     Ok((config, path, driver))
 }
 
 /// `nvc info`.
 pub fn info(as_json: bool) -> Result<(), CliError> {
     let (_, _, driver) = load()?;
-    let cuda = driver.cuda_version().map(|v| v.to_string());
+    let cuda = driver
+        .cuda_version(&nvc_host::probe::RealHost)
+        .map(|v| v.to_string());
     // NVML's columns only when it knows something: a driver whose NVML loads but
     // answers nothing (a fake tree, a broken install) gets the plain table.
-    let details = discover::nvml::gpu_details(&driver).ok().filter(|d| {
-        d.iter().any(|g| {
-            g.compute_capability.is_some() || g.brand.is_some() || g.memory_total.is_some()
-        })
-    });
+    let details = driver
+        .gpu_details(&nvc_host::probe::RealHost)
+        .ok()
+        .filter(|d| {
+            d.iter().any(|g| {
+                g.compute_capability.is_some() || g.brand.is_some() || g.memory_total.is_some()
+            })
+        });
     let detail = |uuid: &str| {
         details
             .as_ref()
@@ -85,7 +93,10 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
     println!("Driver version:  {}", driver.version);
     match &cuda {
         Ok(v) => println!("CUDA version:    {v}"),
-        Err(e) => println!("CUDA version:    unknown ({})", edits::error_chain(e)),
+        Err(e) => println!(
+            "CUDA version:    unknown ({})",
+            libnvc::report::error_chain(e)
+        ),
     }
     println!();
     let mut rows = vec![vec![

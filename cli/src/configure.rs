@@ -1,7 +1,7 @@
 //! `nvc runtime configure`: registers nvc with Docker, containerd, CRI-O or Podman.
 //!
 //! This file does the I/O: it finds and reads the engine's files, asks
-//! `libnvc::engines` what they must become, checks everything before writing anything,
+//! `nvc_engines` what they must become, checks everything before writing anything,
 //! then writes each changed file atomically (after a one-time `.nvc-backup` of files
 //! that hold the user's own settings), one line per change.
 
@@ -10,7 +10,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use libnvc::engines::{self, containerd, crio, docker, files, podman, Source};
+use nvc_engines::{self, containerd, crio, docker, files, podman, Source};
 
 /// `println!` that ignores a closed stdout (`nvc ... --dry-run | head`).
 macro_rules! say {
@@ -258,7 +258,7 @@ pub fn run(args: &ConfigureArgs) -> Result<(), ConfigureError> {
         ));
     }
     for w in &warnings {
-        eprintln!("nvc: warning: {}", libnvc::logging::shorten(w));
+        eprintln!("nvc: warning: {}", libnvc::report::shorten(w));
     }
     let changes: Vec<Change> = changes.into_iter().filter(Change::changes).collect();
     if changes.is_empty() {
@@ -653,9 +653,9 @@ fn expand_import(
 fn own_drop_in(path: &Path) -> Result<Option<String>, ConfigureError> {
     let text = files::read_optional(path)?;
     match text {
-        Some(t) if !engines::written_by_nvc(&t) => Err(ConfigureError::ForeignDropIn {
+        Some(t) if !nvc_engines::written_by_nvc(&t) => Err(ConfigureError::ForeignDropIn {
             path: path.to_path_buf(),
-            marker: engines::MARKER,
+            marker: nvc_engines::MARKER,
         }),
         other => Ok(other),
     }
@@ -773,7 +773,7 @@ fn podman_changes(args: &ConfigureArgs) -> Result<Vec<Change>, ConfigureError> {
     if !hook.exists() {
         eprintln!(
             "nvc: warning: {} does not exist yet: podman refuses hook files whose hook is missing",
-            libnvc::logging::sanitize(&hook.display().to_string())
+            libnvc::report::sanitize(&hook.display().to_string())
         );
     }
     Ok(vec![Change::Write {

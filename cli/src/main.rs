@@ -85,8 +85,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let chain = libnvc::edits::error_chain(e.as_ref());
-            eprintln!("nvc: {}", libnvc::logging::shorten(&chain));
+            let chain = libnvc::report::error_chain(e.as_ref());
+            eprintln!("nvc: {}", libnvc::report::shorten(&chain));
             ExitCode::FAILURE
         }
     }

@@ -4,7 +4,8 @@
 
 use std::process::ExitCode;
 
-use libnvc::cdi::hooks::{CdiHook, CdiHookError};
+use libnvc::cdi::hooks::CdiHook;
+use nvc_host::cdi_hooks::CdiHookError;
 
 /// Runs `mode` when it is a CDI hook's; `None` leaves it to the other modes.
 pub fn dispatch(mode: &str) -> Option<ExitCode> {
@@ -14,7 +15,7 @@ pub fn dispatch(mode: &str) -> Option<ExitCode> {
     // The CDI spec names no nvc config: the default deadline, armed before anything the
     // container controls is read, so that nothing can hold the start.
     let seconds = nvc_config::DEFAULT_HOOK_TIMEOUT;
-    if let Err(e) = nvc_sys::deadline::arm(
+    if let Err(e) = nvc_host::deadline::arm(
         seconds,
         &format!(
             "nvc-hook {mode}: gave up after {seconds} s: setting the container up took too \
@@ -30,7 +31,7 @@ pub fn dispatch(mode: &str) -> Option<ExitCode> {
         Err(e) => {
             eprintln!(
                 "nvc-hook {mode}: {}",
-                libnvc::logging::shorten(&libnvc::edits::error_chain(&e))
+                libnvc::report::shorten(&libnvc::report::error_chain(&e))
             );
             ExitCode::FAILURE
         }
@@ -41,5 +42,5 @@ fn run(mode: &str, args: &[String]) -> Result<(), CdiHookError> {
     // The arguments first: a spec with bad ones fails before anything is read.
     let hook = CdiHook::from_args(mode, args)?;
     let state = libnvc::oci::state::read(std::io::stdin())?;
-    hook.run(&state)
+    nvc_host::cdi_hooks::run(&hook, &state)
 }

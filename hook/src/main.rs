@@ -1,5 +1,5 @@
 //! `nvc-hook`: the OCI prestart hook. Reads the container's state on stdin, and puts the
-//! driver into the container (see `libnvc::apply`). Any failure is one line on stderr,
+//! driver into the container (see `nvc_host::setup`). Any failure is one line on stderr,
 //! which runc shows the user, and a non-zero exit, which makes runc abort the container.
 
 mod cdi_hooks;
@@ -19,8 +19,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let msg = libnvc::edits::error_chain(&e);
-            let msg = libnvc::logging::shorten(&msg);
+            let msg = libnvc::report::error_chain(&e);
+            let msg = libnvc::report::shorten(&msg);
             log::error!("{msg}");
             eprintln!("nvc-hook: {msg}");
             ExitCode::FAILURE

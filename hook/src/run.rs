@@ -2,12 +2,12 @@
 
 use std::path::PathBuf;
 
-use libnvc::apply::{self, Target};
 use libnvc::discover::{discover, DriverRoots};
 use libnvc::edits;
 use libnvc::oci::{policy, spec};
 use libnvc::request::Request;
 use nvc_config::Config;
+use nvc_host::setup::{self, Target};
 use serde::Deserialize;
 
 /// Why the hook failed.
@@ -48,10 +48,10 @@ pub enum HookError {
     Requirement(#[from] edits::RequirementError),
     /// Setting the container up failed.
     #[error(transparent)]
-    Apply(#[from] apply::ApplyError),
+    Apply(#[from] setup::SetupError),
     /// The spec's device cgroup rules are invalid.
     #[error(transparent)]
-    DeviceRules(#[from] libnvc::devcgroup::DevCgroupError),
+    DeviceRules(#[from] nvc_host::devcgroup::DevCgroupError),
 }
 
 #[derive(Deserialize)]
@@ -64,10 +64,10 @@ struct State {
 /// Sets the container described on stdin up.
 pub fn run() -> Result<(), HookError> {
     let (config, _) = Config::load_from_env()?;
-    libnvc::logging::init(&config.log, "nvc-hook");
+    nvc_host::logging::init(&config.log, "nvc-hook");
     // First, before anything the container controls is read: nothing may hold the start.
     let seconds = config.hook.timeout;
-    nvc_sys::deadline::arm(
+    nvc_host::deadline::arm(
         seconds,
         &format!(
             "nvc-hook: gave up after {seconds} s: setting the container up took too long \
@@ -95,17 +95,20 @@ pub fn run() -> Result<(), HookError> {
         log::debug!("{}: no GPU requested", state.bundle.display());
         return Ok(());
     }
-    let driver = discover(&DriverRoots::from_config(&config.driver))?;
-    edits::check_requirements(&driver, &request)?;
+    let driver = discover(
+        &DriverRoots::from_config(&config.driver),
+        &nvc_host::probe::RealHost,
+    )?;
+    edits::check_requirements(&driver, &nvc_host::probe::RealHost, &request)?;
     let target = Target {
         pid: state.pid,
         rootfs: view.rootfs.clone(),
         spec_devices: view.devices.iter().map(|(p, _, _)| p.clone()).collect(),
         update_ldcache: config.ldconfig.update,
-        device_cgroup: Some(libnvc::devcgroup::DeviceCgroup::from_spec(&spec)?),
+        device_cgroup: Some(nvc_host::devcgroup::DeviceCgroup::from_spec(&spec)?),
         readonly: view.readonly,
         tmpfs_mounts: view.tmpfs_mounts.clone(),
     };
-    apply::apply(&driver, &request, &target)?;
+    setup::set_up(&driver, &request, &target)?;
     Ok(())
 }

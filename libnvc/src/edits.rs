@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::caps::{Capability, CapabilitySet};
-use crate::discover::{self, tables, DeviceNode, Driver, Gpu, LibClass, MigDevice};
+use crate::discover::{tables, DeviceNode, Driver, Gpu, LibClass, MigDevice};
+use crate::probe::HostProbe;
 use crate::request::{ChannelSelection, DeviceId, DeviceSelection, Request};
 use crate::require::{self, Fact, FactError, Facts, GpuFacts};
 use crate::version::Version;
@@ -363,7 +364,11 @@ pub fn compute(
         .chain(driver.firmware.iter().map(|f| (f, MountKind::Firmware)))
         .chain(driver.files.iter().map(|f| (f, MountKind::Config)))
         .chain(driver.ipc.iter().map(|f| {
-            let kind = if f.host_path.is_dir() {
+            // Discovery kept only a folder where the table wants one, a socket elsewhere.
+            let is_dir = tables::IPC
+                .iter()
+                .any(|(_, _, container, dir)| *dir && Path::new(container) == f.container_path);
+            let kind = if is_dir {
                 MountKind::Directory
             } else {
                 MountKind::Socket
@@ -441,14 +446,16 @@ fn add_libraries(
 /// only when a constraint asks for it.
 pub struct HostFacts<'a> {
     driver: &'a Driver,
+    probe: &'a dyn HostProbe,
     gpus: Vec<&'a Gpu>,
 }
 
 impl<'a> HostFacts<'a> {
     /// Facts about `driver` and the GPUs in `selected`.
-    pub fn new(driver: &'a Driver, selected: &Selected<'a>) -> Self {
+    pub fn new(driver: &'a Driver, probe: &'a dyn HostProbe, selected: &Selected<'a>) -> Self {
         HostFacts {
             driver,
+            probe,
             gpus: selected.all_gpus(),
         }
     }
@@ -457,7 +464,7 @@ impl<'a> HostFacts<'a> {
 impl Facts for HostFacts<'_> {
     fn cuda_version(&self) -> Result<Version, FactError> {
         self.driver
-            .cuda_version()
+            .cuda_version(self.probe)
             .map_err(|e| FactError::new(Fact::CudaVersion, e))
     }
 
@@ -474,8 +481,10 @@ impl Facts for HostFacts<'_> {
         if self.gpus.is_empty() {
             return Ok(Vec::new());
         }
-        let details =
-            discover::nvml::gpu_details(self.driver).map_err(|e| FactError::new(Fact::Gpus, e))?;
+        let details = self
+            .driver
+            .gpu_details(self.probe)
+            .map_err(|e| FactError::new(Fact::Gpus, e))?;
         self.gpus
             .iter()
             .map(|g| {
@@ -501,12 +510,19 @@ impl Facts for HostFacts<'_> {
 
 /// Checks the request's `NVIDIA_REQUIRE_*` constraints against the host, unless checks
 /// are disabled.
-pub fn check_requirements(driver: &Driver, request: &Request) -> Result<(), RequirementError> {
+pub fn check_requirements(
+    driver: &Driver,
+    probe: &dyn HostProbe,
+    request: &Request,
+) -> Result<(), RequirementError> {
     if !request.check_requirements || request.requirements.is_empty() {
         return Ok(());
     }
     let selected = select(driver, &request.devices, "NVIDIA_VISIBLE_DEVICES")?;
-    require::check(&request.requirements, &HostFacts::new(driver, &selected))?;
+    require::check(
+        &request.requirements,
+        &HostFacts::new(driver, probe, &selected),
+    )?;
     Ok(())
 }
 
@@ -519,16 +535,4 @@ pub enum RequirementError {
     /// A requirement does not hold.
     #[error(transparent)]
     Unmet(#[from] require::Unmet),
-}
-
-/// An error and its causes on one line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

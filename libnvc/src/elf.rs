@@ -255,6 +255,12 @@ pub fn read_elf_info_path(path: &Path) -> Result<ElfInfo, ElfError> {
         path: path.to_path_buf(),
         source,
     })?;
+    read_elf_info_file(file, path)
+}
+
+/// Reads the opened `file` (whose path is `path`) with [`read_elf_info`]; every error
+/// names the file.
+pub fn read_elf_info_file(file: File, path: &Path) -> Result<ElfInfo, ElfError> {
     let mut reader = Prefetched::new(file).map_err(|source| ElfError::Open {
         path: path.to_path_buf(),
         source,

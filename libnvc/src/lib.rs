@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! libnvc: finds the NVIDIA driver on the host, parses what a container asks for, and
 //! turns the two into one set of container edits.
 //!
@@ -7,18 +8,16 @@
 //! [`edits::ContainerEdits`] value that the runtime shim, the hook and CDI generation
 //! all consume.
 
-pub mod apply;
 pub mod caps;
 pub mod cdi;
-pub mod compat;
 pub mod devcgroup;
 pub mod discover;
 pub mod edits;
 pub mod elf;
-pub mod engines;
 pub mod ldcache;
-pub mod logging;
 pub mod oci;
+pub mod probe;
+pub mod report;
 pub mod request;
 pub mod require;
 pub mod version;

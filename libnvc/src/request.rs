@@ -847,16 +847,7 @@ mod tests {
         assert_eq!(excerpt("0,1"), "0,1");
     }
 
-    fn chain(e: &dyn std::error::Error) -> String {
-        let mut s = e.to_string();
-        let mut cur = e.source();
-        while let Some(c) = cur {
-            s.push_str(": ");
-            s.push_str(&c.to_string());
-            cur = c.source();
-        }
-        s
-    }
+    use crate::report::error_chain as chain;
 
     fn req(env: &[&str]) -> Result<Request, RequestError> {
         Request::from_env(env.iter().copied(), &RequestPolicy::default())

@@ -760,17 +760,7 @@ mod tests {
         s.parse().unwrap()
     }
 
-    /// Joins an error with its sources, the way a binary shows it.
-    fn chain(e: &dyn StdError) -> String {
-        let mut s = e.to_string();
-        let mut cur = e.source();
-        while let Some(c) = cur {
-            s.push_str(": ");
-            s.push_str(&c.to_string());
-            cur = c.source();
-        }
-        s
-    }
+    use crate::report::error_chain as chain;
 
     /// Fake facts: `None` makes the fact unknown; counts every call.
     struct Fake {

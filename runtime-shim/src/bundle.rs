@@ -54,7 +54,7 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
                 log::info!("removed {}, left by a killed nvc-runtime", temp.display());
             }
         }
-        Err(e) => log::warn!("{}", libnvc::edits::error_chain(&e)),
+        Err(e) => log::warn!("{}", libnvc::report::error_chain(&e)),
     }
     let mut spec = spec::read_spec(&spec_path).map_err(ShimError::SpecFile)?;
     let bad_spec = |source| ShimError::BadSpec {
@@ -62,7 +62,7 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         source,
     };
     let view = spec::view(&spec, bundle).map_err(bad_spec)?;
-    rootfs::refuse_linked_dev(&view.rootfs)?;
+    rootfs::refuse_linked_dev(&nvc_host::probe::RealHost, &view.rootfs)?;
     let policy =
         libnvc::oci::request_policy(config, view.privileged).map_err(|e| ShimError::Policy {
             path: source.path.to_path_buf(),
@@ -79,10 +79,13 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         log::debug!("{}: no GPU asked for; left alone", spec_path.display());
         return Ok(());
     }
-    rootfs::refuse_host_root(&view.rootfs, &spec_path)?;
+    rootfs::refuse_host_root(&nvc_host::probe::RealHost, &view.rootfs, &spec_path)?;
 
     // Only the GPUs and their nodes: the files are the hook's business.
-    let driver = discover::discover_devices(&DriverRoots::from_config(&config.driver))?;
+    let driver = discover::discover_devices(
+        &DriverRoots::from_config(&config.driver),
+        &nvc_host::probe::RealHost,
+    )?;
     // Only the device nodes go into the spec; the hook mounts the files itself, where it
     // sees the image's real library folders.
     let edits = edits::compute(&driver, &request, &ContainerLayout::default())?;

@@ -37,7 +37,7 @@ fn main() -> ExitCode {
 /// runtime; returns only on failure.
 fn run(runc: &RuncArgs, args: &[OsString]) -> Result<Infallible, ShimError> {
     let (config, config_path) = Config::load_from_env()?;
-    libnvc::logging::init(&config.log, "nvc-runtime");
+    nvc_host::logging::init(&config.log, "nvc-runtime");
     for flag in &runc.unknown_global_flags {
         log::warn!("unknown runc flag {flag:?} taken as a boolean");
     }

@@ -7,15 +7,15 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use libnvc::edits::error_chain;
 use libnvc::oci::runc_args::{LogFormat, RuncArgs};
+use libnvc::report::error_chain;
 
 use crate::error::ShimError;
 
 /// Reports `error` everywhere it belongs.
 pub fn error(error: &ShimError, runc: &RuncArgs) {
     let chain = error_chain(error);
-    let chain = libnvc::logging::shorten(&chain);
+    let chain = libnvc::report::shorten(&chain);
     let message = format!("nvc-runtime: {chain}");
     eprintln!("{message}");
     log::error!("{chain}");

@@ -9,6 +9,7 @@
 
 mod bundle;
 mod catalog;
+pub mod cgroup;
 mod compile;
 mod devices;
 mod engines;

@@ -364,11 +364,14 @@ fn mig_devices_carry_their_capability_nodes() {
     });
     let spec: Value =
         serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
-    let driver = libnvc::discover::discover(&libnvc::discover::DriverRoots {
-        root: h.fake.root.clone(),
-        dev_root: h.fake.dev_root.clone(),
-        proc_root: h.fake.proc_root.clone(),
-    })
+    let driver = libnvc::discover::discover(
+        &libnvc::discover::DriverRoots {
+            root: h.fake.root.clone(),
+            dev_root: h.fake.dev_root.clone(),
+            proc_root: h.fake.proc_root.clone(),
+        },
+        &nvc_host::probe::RealHost,
+    )
     .unwrap();
     let gpu0 = &driver.gpus[0];
     assert!(gpu0.mig.len() >= 2, "the fixture puts GPU 0 in MIG mode");

@@ -17,9 +17,9 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use libnvc::devcgroup::{
-    self, AttachHow, CharDevice, DevCgroupError, DeviceCgroup, DevicePolicy, Granted, Rule,
-};
+use libnvc::devcgroup::{self, DevicePolicy, Rule};
+use nvc_host::devcgroup::{CharDevice, DevCgroupError, DeviceCgroup, Granted};
+use nvc_tests::cgroup::{attach_policy, device_programs, grant, AttachHow};
 use nvc_tests::{require_root, Bundle, FakeDriver, Outcome, Runtime, TestRootfs, TestSetup};
 use serde_json::json;
 
@@ -62,7 +62,7 @@ impl TestCgroup {
     }
 
     fn programs(&self) -> Vec<u32> {
-        devcgroup::device_programs(&self.path).unwrap()
+        device_programs(&self.path).unwrap()
     }
 }
 
@@ -228,7 +228,7 @@ fn cgroup_v2_grant_replaces_the_runtime_program() {
     let nodes = Nodes::new();
     let cg = TestCgroup::new(&root, "v2");
     let rules = null_only_rules();
-    let runtime = devcgroup::attach_policy(
+    let runtime = attach_policy(
         &cg.path,
         &DevicePolicy::from_rules(&rules).unwrap(),
         AttachHow::Replace,
@@ -245,7 +245,7 @@ fn cgroup_v2_grant_replaces_the_runtime_program() {
         cgroup_root: root.clone(),
         rules: rules.clone(),
     };
-    let granted = devcgroup::grant(child.pid(), &cgroup, &[ZERO]).unwrap();
+    let granted = grant(child.pid(), &cgroup, &[ZERO]).unwrap();
     let Granted::Replaced {
         cgroup: dir,
         old,
@@ -261,7 +261,7 @@ fn cgroup_v2_grant_replaces_the_runtime_program() {
     child.assert_denied(&nodes.random);
 
     // Granting what the rules already allow changes nothing.
-    let again = devcgroup::grant(child.pid(), &cgroup, &[CharDevice { major: 1, minor: 3 }]);
+    let again = grant(child.pid(), &cgroup, &[CharDevice { major: 1, minor: 3 }]);
     assert_eq!(again.unwrap(), Granted::AlreadyAllowed);
     assert_eq!(cg.programs(), [new]);
 }
@@ -280,7 +280,7 @@ fn cgroup_v2_program_of_runc_defaults_and_grants_decides_in_the_kernel() {
     devcgroup::allow(&mut rules, 195, 0);
     devcgroup::allow(&mut rules, 195, 255);
     let policy = DevicePolicy::from_rules(&rules).unwrap();
-    devcgroup::attach_policy(&cg.path, &policy, AttachHow::Replace).unwrap();
+    attach_policy(&cg.path, &policy, AttachHow::Replace).unwrap();
     let port = nodes.make("port", 1, 4);
     let gpu0 = nodes.make("nvidia0", 195, 0);
     let gpu1 = nodes.make("nvidia1", 195, 1);
@@ -304,7 +304,7 @@ fn cgroup_v2_grant_replaces_an_exclusive_program() {
     let nodes = Nodes::new();
     let cg = TestCgroup::new(&root, "v2-exclusive");
     let rules = null_only_rules();
-    let runtime = devcgroup::attach_policy(
+    let runtime = attach_policy(
         &cg.path,
         &DevicePolicy::from_rules(&rules).unwrap(),
         AttachHow::Exclusive,
@@ -316,7 +316,7 @@ fn cgroup_v2_grant_replaces_an_exclusive_program() {
         cgroup_root: root,
         rules,
     };
-    let granted = devcgroup::grant(child.pid(), &cgroup, &[ZERO]).unwrap();
+    let granted = grant(child.pid(), &cgroup, &[ZERO]).unwrap();
     assert!(
         matches!(granted, Granted::Replaced { old, .. } if old == runtime),
         "{granted:?}"
@@ -334,15 +334,15 @@ fn cgroup_v2_grant_refuses_several_programs_and_leaves_them() {
     let cg = TestCgroup::new(&root, "v2-several");
     let rules = null_only_rules();
     let policy = DevicePolicy::from_rules(&rules).unwrap();
-    let first = devcgroup::attach_policy(&cg.path, &policy, AttachHow::Replace).unwrap();
-    let second = devcgroup::attach_policy(&cg.path, &policy, AttachHow::Add).unwrap();
+    let first = attach_policy(&cg.path, &policy, AttachHow::Replace).unwrap();
+    let second = attach_policy(&cg.path, &policy, AttachHow::Add).unwrap();
     assert_eq!(cg.programs(), [first, second]);
     let mut child = Opener::spawn_in(&cg);
     let cgroup = DeviceCgroup {
         cgroup_root: root,
         rules,
     };
-    let err = devcgroup::grant(child.pid(), &cgroup, &[ZERO]).unwrap_err();
+    let err = grant(child.pid(), &cgroup, &[ZERO]).unwrap_err();
     assert!(
         matches!(&err, DevCgroupError::SeveralPrograms { ids, .. } if *ids == [first, second]),
         "{err:?}"
@@ -366,7 +366,7 @@ fn cgroup_v2_without_a_program_is_left_alone() {
         cgroup_root: root,
         rules: null_only_rules(),
     };
-    let granted = devcgroup::grant(child.pid(), &cgroup, &[ZERO]).unwrap();
+    let granted = grant(child.pid(), &cgroup, &[ZERO]).unwrap();
     assert_eq!(
         granted,
         Granted::Unfiltered {
@@ -401,7 +401,7 @@ fn cgroup_v1_grant_appends_to_devices_allow() {
         cgroup_root: devices.parent().unwrap().to_path_buf(),
         rules: null_only_rules(),
     };
-    let granted = devcgroup::grant(child.pid(), &cgroup, &[ZERO]).unwrap();
+    let granted = grant(child.pid(), &cgroup, &[ZERO]).unwrap();
     assert_eq!(
         granted,
         Granted::Appended {
@@ -424,7 +424,7 @@ fn grant_names_what_it_cannot_find() {
         cgroup_root: PathBuf::from("/sys/fs/cgroup"),
         rules: null_only_rules(),
     };
-    let err = devcgroup::grant(i32::MAX, &cgroup, &[ZERO]).unwrap_err();
+    let err = grant(i32::MAX, &cgroup, &[ZERO]).unwrap_err();
     assert!(
         err.to_string()
             .contains(&format!("cannot read /proc/{}/cgroup", i32::MAX)),
@@ -437,7 +437,7 @@ fn grant_names_what_it_cannot_find() {
         rules: null_only_rules(),
     };
     let pid = i32::try_from(std::process::id()).unwrap();
-    let err = devcgroup::grant(pid, &cgroup, &[ZERO]).unwrap_err();
+    let err = grant(pid, &cgroup, &[ZERO]).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains(&tmp.path().display().to_string()), "{msg}");
 }

@@ -20,7 +20,7 @@ fn build(spec: FakeDriverSpec) -> (tempfile::TempDir, FakeDriver, Driver) {
         dev_root: fake.dev_root.clone(),
         proc_root: fake.proc_root.clone(),
     };
-    let driver = discover(&roots).unwrap();
+    let driver = discover(&roots, &nvc_host::probe::RealHost).unwrap();
     (dir, fake, driver)
 }
 
@@ -198,11 +198,14 @@ fn absolute_links_never_reach_the_real_host() {
         .join("usr/local/nvidia/lib64/libnvidia-cfg.so.999.88.77");
     std::fs::remove_file(&lib).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", &lib).unwrap();
-    let d = discover(&DriverRoots {
-        root: fake.root.clone(),
-        dev_root: fake.dev_root.clone(),
-        proc_root: fake.proc_root.clone(),
-    })
+    let d = discover(
+        &DriverRoots {
+            root: fake.root.clone(),
+            dev_root: fake.dev_root.clone(),
+            proc_root: fake.proc_root.clone(),
+        },
+        &nvc_host::probe::RealHost,
+    )
     .unwrap();
     assert!(
         d.library("libnvidia-cfg").is_none(),
@@ -215,11 +218,14 @@ fn absolute_links_never_reach_the_real_host() {
 #[test]
 fn no_driver_is_one_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let err = discover(&DriverRoots {
-        root: dir.path().to_path_buf(),
-        dev_root: dir.path().to_path_buf(),
-        proc_root: dir.path().join("proc"),
-    })
+    let err = discover(
+        &DriverRoots {
+            root: dir.path().to_path_buf(),
+            dev_root: dir.path().to_path_buf(),
+            proc_root: dir.path().join("proc"),
+        },
+        &nvc_host::probe::RealHost,
+    )
     .unwrap_err();
     let msg = err.to_string();
     assert!(msg.starts_with("no NVIDIA driver found"), "{msg}");
@@ -399,7 +405,7 @@ fn edits_are_deterministic() {
     let b = serde_json::to_string(&edits_for(&d, &env)).unwrap();
     assert_eq!(a, b);
     // Rediscovering gives the same edits too.
-    let d2 = discover(&d.roots).unwrap();
+    let d2 = discover(&d.roots, &nvc_host::probe::RealHost).unwrap();
     assert_eq!(a, serde_json::to_string(&edits_for(&d2, &env)).unwrap());
 }
 
@@ -475,7 +481,8 @@ fn imex_channels_and_mig_config_for_privileged() {
 #[test]
 fn requirements_against_the_fake_driver() {
     let (_dir, _fake, d) = build(FakeDriverSpec::default());
-    let check = |env: &[&str]| edits::check_requirements(&d, &request(env));
+    let check =
+        |env: &[&str]| edits::check_requirements(&d, &nvc_host::probe::RealHost, &request(env));
     assert!(check(&[
         "NVIDIA_VISIBLE_DEVICES=all",
         "NVIDIA_REQUIRE_CUDA=cuda>=12.0"
@@ -559,7 +566,8 @@ fn compat32_adds_the_32_bit_libraries() {
 #[test]
 fn the_devices_scope_reads_only_devices() {
     let (_dir, _fake, full) = build(FakeDriverSpec::default());
-    let devices = libnvc::discover::discover_devices(&full.roots).unwrap();
+    let devices =
+        libnvc::discover::discover_devices(&full.roots, &nvc_host::probe::RealHost).unwrap();
     assert_eq!(devices.version, full.version);
     assert_eq!(devices.gpus, full.gpus);
     assert_eq!(devices.control_nodes, full.control_nodes);

@@ -389,15 +389,7 @@ fn start_dockerd(w: &World) -> Dockerd {
     dockerd
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    text
-}
+use libnvc::report::error_chain;
 
 #[test]
 fn docker_runtime_nv_gives_the_requested_gpus() {

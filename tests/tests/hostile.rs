@@ -1907,7 +1907,7 @@ fn cdi_annotations_give_no_gpu_to_unprivileged_containers_under_the_strict_polic
 // ---------------------------------------------------------------------------------------
 // Image strings in logs.
 
-/// A line shaped like nvc's own log lines (`libnvc::logging`).
+/// A line shaped like nvc's own log lines (`nvc_host::logging`).
 const FORGED_LINE: &str = "1700000000.000000 nvc-hook [1] ERROR: forged-by-image";
 
 #[test]

@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::{self, rootfs, DriverRoots};
-use libnvc::edits::{self, error_chain, ContainerEdits, ContainerLayout};
+use libnvc::edits::{self, ContainerEdits, ContainerLayout};
 use libnvc::oci::spec::{self, HookEntry};
+use libnvc::report::error_chain;
 use libnvc::request::{
     ChannelSelection, DeviceId, DeviceSelection, Request, CDI_ANNOTATION_PREFIX,
     DRIVER_CAPABILITIES, VISIBLE_DEVICES,
@@ -145,7 +146,7 @@ fn why_env_asks_for_nothing(env: &[String], ignored: bool) -> String {
 /// the hook picks them (resolved inside the rootfs, links and all).
 fn layout_of(rootfs_dir: &Path) -> ContainerLayout {
     let is_dir = |p: &Path| {
-        rootfs::resolve_in_root(rootfs_dir, p)
+        rootfs::resolve_in_root(&nvc_host::probe::RealHost, rootfs_dir, p)
             .ok()
             .is_some_and(|h| h.is_dir())
     };
@@ -188,7 +189,7 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
         return report.fail(row, "nvc-runtime", e);
     };
     report.steps.push(row);
-    libnvc::logging::init(&config.log, "nvc");
+    nvc_host::logging::init(&config.log, "nvc");
 
     let row = host::runtime(&config, probe);
     if row.status == Status::Fail {
@@ -218,7 +219,8 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
         }
     };
     // What nvc-runtime refuses before anything else, for any container.
-    if let Err(e) = libnvc::oci::rootfs::refuse_linked_dev(&view.rootfs) {
+    if let Err(e) = libnvc::oci::rootfs::refuse_linked_dev(&nvc_host::probe::RealHost, &view.rootfs)
+    {
         let e = error_chain(&e);
         let fix = "remove the link from the image: /dev is a tmpfs the runtime makes";
         return report.fail(Row::fail("rootfs", e.clone(), fix), "nvc-runtime", e);
@@ -334,14 +336,19 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
         report.would_start = true;
         return report;
     }
-    if let Err(e) = libnvc::oci::rootfs::refuse_host_root(&view.rootfs, &spec_path) {
+    if let Err(e) =
+        libnvc::oci::rootfs::refuse_host_root(&nvc_host::probe::RealHost, &view.rootfs, &spec_path)
+    {
         let e = error_chain(&e);
         let fix = "give the bundle a root.path of its own";
         return report.fail(Row::fail("rootfs", e.clone(), fix), "nvc-runtime", e);
     }
     report.gpu_support = true;
 
-    let driver = match discover::discover(&DriverRoots::from_config(&config.driver)) {
+    let driver = match discover::discover(
+        &DriverRoots::from_config(&config.driver),
+        &nvc_host::probe::RealHost,
+    ) {
         Ok(d) => d,
         Err(e) => {
             let e = error_chain(&e);
@@ -420,7 +427,7 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
     } else if request.requirements.is_empty() {
         report.steps.push(Row::ok("requirements", "none"));
     } else {
-        match edits::check_requirements(&driver, &request) {
+        match edits::check_requirements(&driver, &nvc_host::probe::RealHost, &request) {
             Ok(()) => {
                 let reqs: Vec<String> = request
                     .requirements
@@ -461,7 +468,7 @@ pub fn render(report: &BundleReport) -> String {
     match (&report.error, report.gpu_support) {
         (Some(e), _) => out.push_str(&format!(
             "The container would not start: {}\n",
-            libnvc::logging::shorten(e)
+            libnvc::report::shorten(e)
         )),
         (None, true) => out.push_str("The container would start with the GPUs above.\n"),
         (None, false) => out.push_str("The container would start, without GPU support.\n"),

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::Driver;
-use libnvc::edits::error_chain;
+use libnvc::report::error_chain;
 use serde_json::Value;
 
 use super::engines::sorted_files;

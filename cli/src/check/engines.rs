@@ -212,7 +212,7 @@ fn expand_glob(pattern: &Path) -> Vec<PathBuf> {
 
 /// Shell-style matching of `*` and `?` (no classes), as containerd's imports use it.
 fn wildcard_match(pattern: &str, name: &str) -> bool {
-    libnvc::engines::containerd::glob_component(pattern, name)
+    nvc_engines::containerd::glob_component(pattern, name)
 }
 
 /// CRI-O: crio.conf or a drop-in names nvc-runtime.

@@ -7,8 +7,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::{self, proc, rootfs, Driver, DriverRoots};
-use libnvc::edits::error_chain;
 use libnvc::ldcache::{self, CacheArch};
+use libnvc::report::error_chain;
 use nvc_config::Config;
 
 use super::{cdi, engines, is_executable, show, Findings, Probe, Row, Status};
@@ -22,9 +22,9 @@ pub fn check_all(probe: &Probe) -> Vec<Row> {
     let Some(config) = config else {
         return rows;
     };
-    libnvc::logging::init(&config.log, "nvc");
+    nvc_host::logging::init(&config.log, "nvc");
     let roots = DriverRoots::from_config(&config.driver);
-    let driver = match discover::discover(&roots) {
+    let driver = match discover::discover(&roots, &nvc_host::probe::RealHost) {
         Ok(d) => {
             rows.push(driver_row(&d));
             Some(d)
@@ -122,12 +122,13 @@ fn library_version(
     let entry = cache
         .lookup(soname, CacheArch::X86_64)
         .ok_or_else(|| format!("{soname} is not in {}", show(&root.join("etc/ld.so.cache"))))?;
-    let real = rootfs::resolve_in_root(root, Path::new(&entry.path)).map_err(|e| {
-        format!(
-            "{soname} leads to {}, which cannot be opened ({e})",
-            entry.path
-        )
-    })?;
+    let real = rootfs::resolve_in_root(&nvc_host::probe::RealHost, root, Path::new(&entry.path))
+        .map_err(|e| {
+            format!(
+                "{soname} leads to {}, which cannot be opened ({e})",
+                entry.path
+            )
+        })?;
     let file = real
         .file_name()
         .and_then(|f| f.to_str())
@@ -175,9 +176,13 @@ pub fn versions(driver: &Driver) -> Row {
             )
         }
     };
-    let cache = rootfs::resolve_in_root(&roots.root, Path::new("/etc/ld.so.cache"))
-        .map_err(|e| e.to_string())
-        .and_then(|p| ldcache::read(&p).map_err(|e| error_chain(&e)));
+    let cache = rootfs::resolve_in_root(
+        &nvc_host::probe::RealHost,
+        &roots.root,
+        Path::new("/etc/ld.so.cache"),
+    )
+    .map_err(|e| e.to_string())
+    .and_then(|p| ldcache::read(&p).map_err(|e| error_chain(&e)));
     let cache = match cache {
         Ok(c) => c,
         Err(e) => {
@@ -210,7 +215,7 @@ pub fn versions(driver: &Driver) -> Row {
     }
     let mut ok = format!("kernel module {kernel}, {}", seen.join(", "));
     if driver.library("libcuda").is_some() {
-        match driver.cuda_version() {
+        match driver.cuda_version(&nvc_host::probe::RealHost) {
             Ok(v) => ok.push_str(&format!("; CUDA {v}")),
             Err(e) => findings.push(
                 Status::Warn,
@@ -449,7 +454,12 @@ pub fn persistence(driver: &Driver) -> Row {
         Err(why) => why,
     };
     let socket = PERSISTENCED_SOCKETS.iter().find_map(|inner| {
-        let host = rootfs::resolve_in_root(&driver.roots.root, Path::new(inner)).ok()?;
+        let host = rootfs::resolve_in_root(
+            &nvc_host::probe::RealHost,
+            &driver.roots.root,
+            Path::new(inner),
+        )
+        .ok()?;
         std::fs::metadata(&host)
             .is_ok_and(|m| m.file_type().is_socket())
             .then_some(host)

@@ -31,15 +31,9 @@
 //! `ldconfig`), no ELF file of the image is parsed, and the hook's environment is the
 //! spec's fixed `PATH`.
 
-use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
-
-use nvc_sys::container::{ContainerRoot, FileKind, FsError};
-use serde::Deserialize;
+use std::path::PathBuf;
 
 use super::CdiError;
-use crate::ldcache::{self, CacheArch, Entry};
-use crate::oci::spec::{self, SpecError};
 use crate::version::Version;
 
 /// The mode that makes symbolic links.
@@ -48,14 +42,8 @@ pub const LINKS_MODE: &str = "cdi-links";
 pub const LDCACHE_MODE: &str = "update-ldcache";
 /// `args[0]` of every hook.
 pub const ARGV0: &str = "nvc-hook";
-/// The most entries read from one library folder.
-const MAX_DIR_ENTRIES: usize = 1 << 16;
-/// The most of the image's ld.so.cache read.
-const MAX_CACHE: usize = 16 << 20;
 /// The flag that passes the host driver's version for CUDA forward compatibility.
 const COMPAT_FLAG: &str = "--cuda-compat-above";
-/// Where the loader reads its cache.
-const LD_CACHE: &str = "/etc/ld.so.cache";
 
 /// A symbolic link to make: `link` (absolute, in the container) pointing to `target`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,49 +129,6 @@ pub enum HookArgsError {
     /// A mode that is not a CDI hook's.
     #[error("unknown CDI hook mode {0:?} (expected cdi-links or update-ldcache)")]
     Mode(String),
-}
-
-/// Why a CDI hook failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CdiHookError {
-    /// Its arguments are invalid.
-    #[error(transparent)]
-    Args(#[from] HookArgsError),
-    /// The state could not be read from stdin.
-    #[error(transparent)]
-    StateRead(#[from] crate::oci::state::StateError),
-    /// The state on stdin is not the OCI state.
-    #[error("invalid container state on stdin (expected the OCI state JSON with the bundle)")]
-    State(#[source] serde_json::Error),
-    /// The state's bundle is relative: the hook's working directory is the rootfs, so it
-    /// cannot be resolved safely.
-    #[error("the container state's bundle {0} is not an absolute path")]
-    RelativeBundle(PathBuf),
-    /// The bundle's config.json is unusable.
-    #[error(transparent)]
-    Spec(#[from] SpecError),
-    /// A file-system operation in the container failed.
-    #[error(transparent)]
-    Fs(#[from] FsError),
-    /// The new ld.so.cache could not be built.
-    #[error("cannot build the container's ld.so.cache")]
-    LdCache(#[source] ldcache::LdCacheError),
-}
-
-#[derive(Deserialize)]
-struct State {
-    bundle: PathBuf,
-}
-
-/// The container's rootfs, as a host path, from the OCI state a hook reads on stdin:
-/// `root.path` of the bundle's config.json, joined to the bundle when relative.
-pub fn rootfs_from_state(state: &[u8]) -> Result<PathBuf, CdiHookError> {
-    let state: State = serde_json::from_slice(state).map_err(CdiHookError::State)?;
-    if !state.bundle.is_absolute() {
-        return Err(CdiHookError::RelativeBundle(state.bundle));
-    }
-    let config = spec::read_spec(&state.bundle.join("config.json"))?;
-    Ok(spec::view(&config, &state.bundle)?.rootfs)
 }
 
 impl CdiHook {
@@ -290,141 +235,6 @@ impl CdiHook {
             compat_above,
         })
     }
-
-    /// Does the hook's work in the container that `state` (the OCI state on the hook's
-    /// stdin) describes; see the module's documentation for the stage this must run in.
-    pub fn run(&self, state: &[u8]) -> Result<(), CdiHookError> {
-        let rootfs = rootfs_from_state(state)?;
-        let root = ContainerRoot::open(&rootfs)?;
-        self.apply(&root)
-    }
-
-    /// Does the hook's work in the container whose rootfs is `root`. Running it again
-    /// changes nothing.
-    pub fn apply(&self, root: &ContainerRoot) -> Result<(), CdiHookError> {
-        match self {
-            CdiHook::Links(links) => {
-                for link in links {
-                    root.symlink(&link.link, &link.target)?;
-                }
-                Ok(())
-            }
-            CdiHook::UpdateLdcache {
-                folders,
-                compat_above,
-            } => update_ldcache(root, folders, compat_above.as_ref()),
-        }
-    }
-}
-
-/// How many numeric parts follow `.so` in a library's file name: `libx.so` 0,
-/// `libx.so.1` 1, `libx.so.1.2.3` 3; `None` for names that are no shared object's.
-fn so_version_parts(name: &str) -> Option<usize> {
-    if !name.starts_with("lib") && !name.starts_with("ld") {
-        return None;
-    }
-    let (_, rest) = name.split_once(".so")?;
-    if rest.is_empty() {
-        return Some(0);
-    }
-    let version = rest.strip_prefix('.')?;
-    let parts: Vec<&str> = version.split('.').collect();
-    if parts
-        .iter()
-        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-    {
-        Some(parts.len())
-    } else {
-        None
-    }
-}
-
-/// The cache entries for the libraries in `folder`, without reading any library.
-///
-/// The names in the folder that resolve (inside the root) to one regular file are one
-/// library. Its entries are its names with the fewest version parts, at least one (the
-/// soname link `libcuda.so.1` rather than the file `libcuda.so.580.65.06`, or the file
-/// itself when it is named by its soname), plus its development names (`libcuda.so`),
-/// as `ldconfig` lists them. This is what makes the driver's libraries loadable by
-/// soname: `cdi-links` made a link named by the soname for every one whose file is not.
-fn folder_entries(root: &ContainerRoot, folder: &Path) -> Result<Vec<Entry>, CdiHookError> {
-    let names = match root.read_dir(folder, MAX_DIR_ENTRIES) {
-        Ok(names) => names,
-        Err(e) if e.is_not_found() => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
-    };
-    let mut by_file: BTreeMap<(u64, u64), Vec<(usize, String)>> = BTreeMap::new();
-    for name in names {
-        let Some(parts) = so_version_parts(&name) else {
-            continue;
-        };
-        // The runtime bind-mounted each library of the spec: each is a mount of its own.
-        let (kind, dev, ino) = match root.identify(&folder.join(&name)) {
-            Ok(found) => found,
-            Err(e) if e.is_not_found() => continue,
-            Err(e) => return Err(e.into()),
-        };
-        if kind != FileKind::RegularFile {
-            continue;
-        }
-        by_file.entry((dev, ino)).or_default().push((parts, name));
-    }
-    let dir = folder.to_str().ok_or_else(|| {
-        CdiHookError::LdCache(ldcache::LdCacheError::NonUtf8Dir {
-            path: folder.to_path_buf(),
-        })
-    })?;
-    let dir = dir.trim_end_matches('/');
-    let flags = CacheArch::X86_64.flags();
-    let mut entries = Vec::new();
-    for names in by_file.values() {
-        let fewest = names.iter().map(|(p, _)| *p).filter(|p| *p > 0).min();
-        for (parts, name) in names {
-            if *parts == 0 || Some(*parts) == fewest {
-                entries.push(Entry {
-                    name: name.clone(),
-                    path: format!("{dir}/{name}"),
-                    flags,
-                    hwcap: 0,
-                });
-            }
-        }
-    }
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(entries)
-}
-
-/// Writes the container's ld.so.cache: the folders' libraries first (so the driver's
-/// win over any copy the image has), then the image's own entries, each entry once.
-fn update_ldcache(
-    root: &ContainerRoot,
-    folders: &[PathBuf],
-    compat_above: Option<&Version>,
-) -> Result<(), CdiHookError> {
-    let mut entries = crate::compat::entries(root, compat_above);
-    for folder in folders {
-        entries.extend(folder_entries(root, folder)?);
-    }
-    match root.read_file(Path::new(LD_CACHE), MAX_CACHE) {
-        Ok(data) => match ldcache::parse(&data) {
-            // The cache written has no extension section: glibc-hwcaps entries would
-            // point at subdirectories it cannot name.
-            Ok(cache) => entries.extend(
-                cache
-                    .entries
-                    .into_iter()
-                    .filter(|e| e.hwcaps_index().is_none()),
-            ),
-            Err(e) => log::warn!("ignoring the image's unreadable {LD_CACHE}: {e}"),
-        },
-        Err(e) => log::debug!("no usable {LD_CACHE} in the image: {e}"),
-    }
-    let mut seen = HashSet::new();
-    entries.retain(|e| seen.insert((e.name.clone(), e.path.clone(), e.flags, e.hwcap)));
-    let bytes = ldcache::write(&entries).map_err(CdiHookError::LdCache)?;
-    root.mkdir_all(Path::new("/etc"), 0o755)?;
-    root.write_file(Path::new(LD_CACHE), &bytes, 0o644)?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -525,148 +335,5 @@ mod tests {
             let err = CdiHook::from_args(mode, &strings(args)).unwrap_err();
             assert!(err.to_string().contains(want), "{mode} {args:?}: {err}");
         }
-    }
-
-    #[test]
-    fn links_and_ldcache_in_a_rootfs_idempotent() {
-        let dir = tempfile::tempdir().unwrap();
-        let rootfs = dir.path().join("rootfs");
-        let lib = rootfs.join("usr/lib/x86_64-linux-gnu");
-        std::fs::create_dir_all(&lib).unwrap();
-        std::fs::create_dir_all(rootfs.join("etc")).unwrap();
-        for file in [
-            "libcuda.so.999.88.77",
-            "libnvidia-ml.so.999.88.77",
-            "libc.so.6",
-            "libfoo.so.1.2",
-        ] {
-            std::fs::write(lib.join(file), b"\x7fELF").unwrap();
-        }
-        std::os::unix::fs::symlink("libfoo.so.1.2", lib.join("libfoo.so.1")).unwrap();
-        // links that lead outside resolve inside the root, to nothing
-        std::fs::write(dir.path().join("secret.so.1"), b"x").unwrap();
-        std::os::unix::fs::symlink("../../../../secret.so.1", lib.join("libup.so.1")).unwrap();
-        std::os::unix::fs::symlink(dir.path().join("secret.so.1"), lib.join("libabs.so.1"))
-            .unwrap();
-        std::fs::create_dir(lib.join("libdir.so.1")).unwrap();
-        let image = [
-            Entry {
-                name: "libimage.so.3".into(),
-                path: "/lib/libimage.so.3".into(),
-                flags: CacheArch::X86_64.flags(),
-                hwcap: 0,
-            },
-            Entry {
-                name: "libc.so.6".into(),
-                path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
-                flags: CacheArch::X86_64.flags(),
-                hwcap: 0,
-            },
-        ];
-        std::fs::write(
-            rootfs.join("etc/ld.so.cache"),
-            ldcache::write(&image).unwrap(),
-        )
-        .unwrap();
-
-        let d = "/usr/lib/x86_64-linux-gnu";
-        let links = CdiHook::from_args(
-            LINKS_MODE,
-            &strings(&[
-                "--link",
-                &format!("libcuda.so.999.88.77::{d}/libcuda.so.1"),
-                "--link",
-                &format!("libcuda.so.1::{d}/libcuda.so"),
-                "--link",
-                &format!("libnvidia-ml.so.999.88.77::{d}/libnvidia-ml.so.1"),
-            ]),
-        )
-        .unwrap();
-        let ldcache = CdiHook::UpdateLdcache {
-            folders: vec![d.into(), "/no/such/dir".into()],
-            compat_above: None,
-        };
-        let root = ContainerRoot::open(&rootfs).unwrap();
-        links.apply(&root).unwrap();
-        ldcache.apply(&root).unwrap();
-        let first = std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap();
-        links.apply(&root).unwrap();
-        ldcache.apply(&root).unwrap();
-        assert_eq!(
-            std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap(),
-            first
-        );
-        assert_eq!(
-            std::fs::read_link(lib.join("libcuda.so.1")).unwrap(),
-            Path::new("libcuda.so.999.88.77")
-        );
-
-        let cache = ldcache::parse(&first).unwrap();
-        let mut listed: Vec<(String, String)> = cache
-            .entries
-            .iter()
-            .map(|e| (e.name.clone(), e.path.clone()))
-            .collect();
-        listed.sort();
-        let want: Vec<(String, String)> = [
-            ("libc.so.6", format!("{d}/libc.so.6")),
-            ("libcuda.so", format!("{d}/libcuda.so")),
-            ("libcuda.so.1", format!("{d}/libcuda.so.1")),
-            ("libfoo.so.1", format!("{d}/libfoo.so.1")),
-            ("libimage.so.3", "/lib/libimage.so.3".to_string()),
-            ("libnvidia-ml.so.1", format!("{d}/libnvidia-ml.so.1")),
-        ]
-        .into_iter()
-        .map(|(n, p)| (n.to_string(), p))
-        .collect();
-        assert_eq!(listed, want);
-        assert!(cache
-            .entries
-            .iter()
-            .all(|e| e.arch() == Some(CacheArch::X86_64)));
-    }
-
-    #[test]
-    fn version_parts() {
-        let cases = [
-            ("libcuda.so", Some(0)),
-            ("libcuda.so.1", Some(1)),
-            ("libcuda.so.580.65.06", Some(3)),
-            ("ld-linux-x86-64.so.2", Some(1)),
-            ("libx.so.1a", None),
-            ("libx.so.", None),
-            ("libx.so.1..2", None),
-            ("libx.sox", None),
-            ("nvidia-smi", None),
-            ("libfoo.a", None),
-            ("README.so.1", None),
-        ];
-        for (name, want) in cases {
-            assert_eq!(so_version_parts(name), want, "{name}");
-        }
-    }
-
-    #[test]
-    fn rootfs_from_the_state_bundle() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("config.json"),
-            r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"env":[]}}"#,
-        )
-        .unwrap();
-        let state = serde_json::json!({"ociVersion": "1.0.2", "id": "x", "status": "creating",
-            "pid": 1, "bundle": dir.path()});
-        let rootfs = rootfs_from_state(state.to_string().as_bytes()).unwrap();
-        assert_eq!(rootfs, dir.path().join("rootfs"));
-
-        let relative = serde_json::json!({"bundle": "bundle"});
-        assert!(matches!(
-            rootfs_from_state(relative.to_string().as_bytes()),
-            Err(CdiHookError::RelativeBundle(_))
-        ));
-        assert!(matches!(
-            rootfs_from_state(b"{}"),
-            Err(CdiHookError::State(_))
-        ));
     }
 }

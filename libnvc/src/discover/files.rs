@@ -2,7 +2,6 @@
 //! firmware, loader configuration and IPC endpoints.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use log::{debug, warn};
@@ -11,14 +10,34 @@ use super::rootfs::resolve_in_root;
 use super::{tables, DiscoverError, HostFile, LibClass, Library};
 use crate::caps::Capability;
 use crate::elf::{self, ElfClass};
-use crate::ldcache::{self, Cache, CacheArch};
+use crate::ldcache::{self, Cache, CacheArch, LdCacheError};
+use crate::probe::{FileKind, HostProbe};
 
 /// The driver root's ld.so.cache; `None` when it has none.
-pub fn read_ldcache(root: &Path) -> Result<Option<Cache>, DiscoverError> {
-    match resolve_in_root(root, Path::new("/etc/ld.so.cache")) {
-        Ok(path) => ldcache::read(&path)
-            .map(Some)
-            .map_err(DiscoverError::LdCache),
+pub fn read_ldcache(probe: &dyn HostProbe, root: &Path) -> Result<Option<Cache>, DiscoverError> {
+    match resolve_in_root(probe, root, Path::new("/etc/ld.so.cache")) {
+        Ok(path) => {
+            let (data, more) = probe
+                .read(&path, ldcache::MAX_CACHE_SIZE as usize)
+                .map_err(|source| {
+                    DiscoverError::LdCache(LdCacheError::Read {
+                        path: path.clone(),
+                        source,
+                    })
+                })?;
+            if more {
+                return Err(DiscoverError::LdCache(LdCacheError::FileTooLarge {
+                    path,
+                    max: ldcache::MAX_CACHE_SIZE as u64,
+                }));
+            }
+            ldcache::parse(&data).map(Some).map_err(|source| {
+                DiscoverError::LdCache(LdCacheError::Invalid {
+                    path,
+                    source: Box::new(source),
+                })
+            })
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             warn!(
                 "{} has no /etc/ld.so.cache: no driver library can be found",
@@ -36,13 +55,17 @@ pub fn read_ldcache(root: &Path) -> Result<Option<Cache>, DiscoverError> {
 
 /// The driver version out of the version suffix of libcuda or libnvidia-ml, for hosts
 /// whose kernel module is not loaded (or a proc root without it).
-pub fn version_from_libraries(root: &Path, cache: Option<&Cache>) -> Option<String> {
+pub fn version_from_libraries(
+    probe: &dyn HostProbe,
+    root: &Path,
+    cache: Option<&Cache>,
+) -> Option<String> {
     let cache = cache?;
     ["libnvidia-ml.so.1", "libcuda.so.1"]
         .iter()
         .find_map(|name| {
             let entry = cache.lookup(name, CacheArch::X86_64)?;
-            let real = resolve_in_root(root, Path::new(&entry.path)).ok()?;
+            let real = resolve_in_root(probe, root, Path::new(&entry.path)).ok()?;
             let file = real.file_name()?.to_str()?;
             let suffix = file.split_once(".so.")?.1;
             suffix.parse::<crate::version::Version>().ok()?;
@@ -61,7 +84,12 @@ fn library_capabilities(stem: &str) -> Vec<Capability> {
 
 /// Every driver library in the cache whose real file carries the driver version and is
 /// an ELF shared object of the right class.
-pub fn libraries(root: &Path, cache: Option<&Cache>, version: &str) -> Vec<Library> {
+pub fn libraries(
+    probe: &dyn HostProbe,
+    root: &Path,
+    cache: Option<&Cache>,
+    version: &str,
+) -> Vec<Library> {
     let Some(cache) = cache else {
         return Vec::new();
     };
@@ -81,7 +109,7 @@ pub fn libraries(root: &Path, cache: Option<&Cache>, version: &str) -> Vec<Libra
         if capabilities.is_empty() {
             continue;
         }
-        let host_path = match resolve_in_root(root, Path::new(&entry.path)) {
+        let host_path = match resolve_in_root(probe, root, Path::new(&entry.path)) {
             Ok(p) => p,
             Err(e) => {
                 debug!("skipping {} => {}: {e}", entry.name, entry.path);
@@ -105,7 +133,7 @@ pub fn libraries(root: &Path, cache: Option<&Cache>, version: &str) -> Vec<Libra
             );
             continue;
         }
-        let info = match elf::read_elf_info_path(&host_path) {
+        let info = match read_elf(probe, &host_path) {
             Ok(info) => info,
             Err(e) => {
                 warn!("skipping {}: {e}", host_path.display());
@@ -138,23 +166,31 @@ pub fn libraries(root: &Path, cache: Option<&Cache>, version: &str) -> Vec<Libra
 }
 
 /// Resolves `inner` in `root` and keeps it when it is a regular file.
-fn regular_file(root: &Path, inner: &Path) -> Option<PathBuf> {
-    let host = resolve_in_root(root, inner).ok()?;
-    let meta = std::fs::metadata(&host).ok()?;
-    meta.file_type().is_file().then_some(host)
+fn regular_file(probe: &dyn HostProbe, root: &Path, inner: &Path) -> Option<PathBuf> {
+    let host = resolve_in_root(probe, root, inner).ok()?;
+    (probe.stat(&host).ok()?.kind == FileKind::File).then_some(host)
+}
+
+/// The ELF headers of the host file at `path`.
+fn read_elf(probe: &dyn HostProbe, path: &Path) -> Result<elf::ElfInfo, elf::ElfError> {
+    let file = probe.open(path).map_err(|source| elf::ElfError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    elf::read_elf_info_file(file, path)
 }
 
 /// The driver's binaries, first found along [`tables::BINARY_DIRS`].
-pub fn binaries(root: &Path) -> Vec<HostFile> {
+pub fn binaries(probe: &dyn HostProbe, root: &Path) -> Vec<HostFile> {
     let mut out = Vec::new();
     for (cap, names) in tables::BINARIES {
         for name in *names {
             // Only a real ELF program: some installs put wrapper scripts on PATH that
             // exec the driver's binary by a host path the container does not have.
             let found = tables::BINARY_DIRS.iter().find_map(|dir| {
-                let host = regular_file(root, &Path::new(dir).join(name))?;
-                let mode = std::fs::metadata(&host).ok()?.permissions().mode();
-                let info = elf::read_elf_info_path(&host).ok()?;
+                let host = regular_file(probe, root, &Path::new(dir).join(name))?;
+                let mode = probe.stat(&host).ok()?.mode;
+                let info = read_elf(probe, &host).ok()?;
                 let program = info.elf_type == elf::ET_EXEC || info.elf_type == elf::ET_DYN;
                 (mode & 0o111 != 0 && program && info.machine == elf::EM_X86_64).then_some(host)
             });
@@ -171,25 +207,25 @@ pub fn binaries(root: &Path) -> Vec<HostFile> {
 }
 
 /// The GSP firmware of this driver version.
-pub fn firmware(root: &Path, version: &str) -> Vec<HostFile> {
+pub fn firmware(probe: &dyn HostProbe, root: &Path, version: &str) -> Vec<HostFile> {
     let mut names = BTreeSet::new();
     let mut out = Vec::new();
     for dir in tables::FIRMWARE_DIRS {
         let inner = Path::new(dir).join("nvidia").join(version);
-        let Ok(host_dir) = resolve_in_root(root, &inner) else {
+        let Ok(host_dir) = resolve_in_root(probe, root, &inner) else {
             continue;
         };
-        let Ok(entries) = std::fs::read_dir(&host_dir) else {
+        let Ok(entries) = probe.read_dir(&host_dir) else {
             continue;
         };
         let mut found: Vec<String> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
+            .into_iter()
+            .filter_map(|e| e.into_string().ok())
             .filter(|n| n.starts_with("gsp") && n.ends_with(".bin"))
             .collect();
         found.sort();
         for name in found {
-            let Some(host_path) = regular_file(root, &inner.join(&name)) else {
+            let Some(host_path) = regular_file(probe, root, &inner.join(&name)) else {
                 continue;
             };
             if names.insert(name.clone()) {
@@ -207,12 +243,12 @@ pub fn firmware(root: &Path, version: &str) -> Vec<HostFile> {
 }
 
 /// Loader configuration files and the other per-capability driver files.
-pub fn config_files(root: &Path, version: &str) -> Vec<HostFile> {
+pub fn config_files(probe: &dyn HostProbe, root: &Path, version: &str) -> Vec<HostFile> {
     let mut out = Vec::new();
     for (cap, name, dirs, container_dir) in tables::CONFIG_FILES {
         if let Some(host_path) = dirs
             .iter()
-            .find_map(|d| regular_file(root, &Path::new(d).join(name)))
+            .find_map(|d| regular_file(probe, root, &Path::new(d).join(name)))
         {
             out.push(HostFile {
                 capabilities: vec![*cap],
@@ -223,7 +259,7 @@ pub fn config_files(root: &Path, version: &str) -> Vec<HostFile> {
     }
     for (cap, path) in tables::OTHER_FILES {
         let inner = PathBuf::from(path.replace("{version}", version));
-        if let Some(host_path) = regular_file(root, &inner) {
+        if let Some(host_path) = regular_file(probe, root, &inner) {
             out.push(HostFile {
                 capabilities: vec![*cap],
                 host_path,
@@ -235,19 +271,19 @@ pub fn config_files(root: &Path, version: &str) -> Vec<HostFile> {
 }
 
 /// IPC sockets and the MPS pipe directory that exist on the host.
-pub fn ipc(root: &Path) -> Vec<HostFile> {
+pub fn ipc(probe: &dyn HostProbe, root: &Path) -> Vec<HostFile> {
     let mut out = Vec::new();
     for (caps, inner, container, is_dir) in tables::IPC {
-        let Ok(host_path) = resolve_in_root(root, Path::new(inner)) else {
+        let Ok(host_path) = resolve_in_root(probe, root, Path::new(inner)) else {
             continue;
         };
-        let Ok(meta) = std::fs::metadata(&host_path) else {
+        let Ok(meta) = probe.stat(&host_path) else {
             continue;
         };
         let ok = if *is_dir {
-            meta.is_dir()
+            meta.kind == FileKind::Dir
         } else {
-            meta.file_type().is_socket()
+            meta.kind == FileKind::Socket
         };
         if ok {
             out.push(HostFile {

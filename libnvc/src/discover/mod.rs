@@ -7,8 +7,8 @@
 //! here; [`nvml`] adds what only NVML knows, on demand.
 
 mod files;
+mod gpu_details;
 mod nodes;
-pub mod nvml;
 pub mod proc;
 pub mod rootfs;
 pub mod tables;
@@ -20,7 +20,10 @@ use serde::Serialize;
 use crate::caps::Capability;
 use crate::version::Version;
 
+pub use gpu_details::GpuDetails;
 pub use nodes::DeviceNode;
+
+use crate::probe::{self as host, HostProbe, ProbeError};
 
 /// The roots discovery reads from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -214,19 +217,26 @@ pub enum Scope {
 }
 
 /// Reads everything the driver provides under `roots`.
-pub fn discover(roots: &DriverRoots) -> Result<Driver, DiscoverError> {
-    discover_scope(roots, Scope::Full)
+pub fn discover(roots: &DriverRoots, probe: &dyn HostProbe) -> Result<Driver, DiscoverError> {
+    discover_scope(roots, probe, Scope::Full)
 }
 
 /// Reads the GPUs and device nodes under `roots`; the file lists stay empty.
-pub fn discover_devices(roots: &DriverRoots) -> Result<Driver, DiscoverError> {
-    discover_scope(roots, Scope::Devices)
+pub fn discover_devices(
+    roots: &DriverRoots,
+    probe: &dyn HostProbe,
+) -> Result<Driver, DiscoverError> {
+    discover_scope(roots, probe, Scope::Devices)
 }
 
-/// Reads what `scope` asks for under `roots`.
-pub fn discover_scope(roots: &DriverRoots, scope: Scope) -> Result<Driver, DiscoverError> {
+/// Reads what `scope` asks for under `roots`, through `probe`.
+pub fn discover_scope(
+    roots: &DriverRoots,
+    probe: &dyn HostProbe,
+    scope: Scope,
+) -> Result<Driver, DiscoverError> {
     let nvidia = roots.nvidia_proc();
-    let proc_version = match std::fs::read_to_string(nvidia.join("version")) {
+    let proc_version = match host::read_text(probe, &nvidia.join("version")) {
         Ok(text) => proc::parse_version_file(&text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(DiscoverError::io("read", &nvidia.join("version"), e)),
@@ -234,32 +244,33 @@ pub fn discover_scope(roots: &DriverRoots, scope: Scope) -> Result<Driver, Disco
     // The library cache is read for the files, or for the version when the kernel
     // module's proc file is missing.
     let cache = if scope == Scope::Full || proc_version.is_none() {
-        files::read_ldcache(&roots.root)?
+        files::read_ldcache(probe, &roots.root)?
     } else {
         None
     };
-    let version =
-        match proc_version.or_else(|| files::version_from_libraries(&roots.root, cache.as_ref())) {
-            Some(v) => v,
-            None => {
-                return Err(DiscoverError::NoDriver {
-                    reason: format!(
-                        "neither {} nor libcuda/libnvidia-ml in {} exist",
-                        nvidia.join("version").display(),
-                        roots.root.join("etc/ld.so.cache").display()
-                    ),
-                    root: roots.root.clone(),
-                    proc_root: roots.proc_root.clone(),
-                })
-            }
-        };
-    let majors = nodes::read_majors(&roots.proc_root);
-    let gpus = proc::read_gpus(&nvidia)?
+    let version = match proc_version
+        .or_else(|| files::version_from_libraries(probe, &roots.root, cache.as_ref()))
+    {
+        Some(v) => v,
+        None => {
+            return Err(DiscoverError::NoDriver {
+                reason: format!(
+                    "neither {} nor libcuda/libnvidia-ml in {} exist",
+                    nvidia.join("version").display(),
+                    roots.root.join("etc/ld.so.cache").display()
+                ),
+                root: roots.root.clone(),
+                proc_root: roots.proc_root.clone(),
+            })
+        }
+    };
+    let majors = nodes::read_majors(probe, &roots.proc_root);
+    let gpus = proc::read_gpus(probe, &nvidia)?
         .into_iter()
         .enumerate()
         .map(|(i, g)| {
-            let node = nodes::gpu_node(&roots.dev_root, &majors, g.minor);
-            let mig = proc::read_mig_instances(&nvidia, g.minor)
+            let node = nodes::gpu_node(probe, &roots.dev_root, &majors, g.minor);
+            let mig = proc::read_mig_instances(probe, &nvidia, g.minor)
                 .into_iter()
                 .enumerate()
                 .map(|(n, (gi, ci, gi_minor, ci_minor))| MigDevice {
@@ -268,7 +279,7 @@ pub fn discover_scope(roots: &DriverRoots, scope: Scope) -> Result<Driver, Disco
                     ci,
                     caps: [gi_minor, ci_minor]
                         .into_iter()
-                        .filter_map(|m| nodes::cap_node(&roots.dev_root, &majors, m))
+                        .filter_map(|m| nodes::cap_node(probe, &roots.dev_root, &majors, m))
                         .collect(),
                 })
                 .collect();
@@ -284,40 +295,40 @@ pub fn discover_scope(roots: &DriverRoots, scope: Scope) -> Result<Driver, Disco
         })
         .collect();
     let cap_node = |name: &str| {
-        proc::read_cap_minor(&nvidia.join("capabilities/mig").join(name))
-            .and_then(|minor| nodes::cap_node(&roots.dev_root, &majors, minor))
+        proc::read_cap_minor(probe, &nvidia.join("capabilities/mig").join(name))
+            .and_then(|minor| nodes::cap_node(probe, &roots.dev_root, &majors, minor))
     };
     let full = scope == Scope::Full;
     Ok(Driver {
         libraries: if full {
-            files::libraries(&roots.root, cache.as_ref(), &version)
+            files::libraries(probe, &roots.root, cache.as_ref(), &version)
         } else {
             Vec::new()
         },
         binaries: if full {
-            files::binaries(&roots.root)
+            files::binaries(probe, &roots.root)
         } else {
             Vec::new()
         },
         firmware: if full {
-            files::firmware(&roots.root, &version)
+            files::firmware(probe, &roots.root, &version)
         } else {
             Vec::new()
         },
         files: if full {
-            files::config_files(&roots.root, &version)
+            files::config_files(probe, &roots.root, &version)
         } else {
             Vec::new()
         },
         ipc: if full {
-            files::ipc(&roots.root)
+            files::ipc(probe, &roots.root)
         } else {
             Vec::new()
         },
-        control_nodes: nodes::control_nodes(&roots.dev_root, &majors),
+        control_nodes: nodes::control_nodes(probe, &roots.dev_root, &majors),
         mig_config: cap_node("config"),
         mig_monitor: cap_node("monitor"),
-        imex_channels: nodes::imex_channels(&roots.dev_root),
+        imex_channels: nodes::imex_channels(probe, &roots.dev_root),
         roots: roots.clone(),
         version,
         gpus,
@@ -330,6 +341,18 @@ impl Driver {
         self.version.parse().ok()
     }
 
+    /// What NVML reports of every discovered GPU, in the driver's GPU order.
+    pub fn gpu_details(&self, probe: &dyn HostProbe) -> Result<Vec<GpuDetails>, ProbeError> {
+        let Some(lib) = self.library("libnvidia-ml") else {
+            return Err(ProbeError {
+                library: self.roots.root.join("libnvidia-ml.so.1"),
+                source: "the driver has no libnvidia-ml.so.1".into(),
+            });
+        };
+        let uuids: Vec<&str> = self.gpus.iter().map(|g| g.uuid.as_str()).collect();
+        probe.gpu_details(&lib.host_path, &uuids)
+    }
+
     /// The 64-bit library with this stem (`libcuda`), if the driver has it.
     pub fn library(&self, stem: &str) -> Option<&Library> {
         self.libraries
@@ -339,7 +362,7 @@ impl Driver {
 
     /// The CUDA driver API version the host's libcuda reports. Loads libcuda into this
     /// process, so it is only asked when needed (a `cuda` requirement, `nvc info`).
-    pub fn cuda_version(&self) -> Result<Version, nvc_sys::SysError> {
+    pub fn cuda_version(&self, probe: &dyn HostProbe) -> Result<Version, ProbeError> {
         let lib = self
             .library("libcuda")
             .map(|l| l.host_path.clone())
@@ -348,6 +371,6 @@ impl Driver {
                     .root
                     .join("usr/lib/x86_64-linux-gnu/libcuda.so.1")
             });
-        nvc_sys::cuda_driver_version(&lib).map(Version::from_cuda_int)
+        probe.cuda_driver_version(&lib).map(Version::from_cuda_int)
     }
 }

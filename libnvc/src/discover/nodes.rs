@@ -2,12 +2,12 @@
 //! owner; nodes the driver has not created yet get the numbers `/proc/devices` gives.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::proc::parse_char_majors;
+use crate::probe::{self, FileKind, HostProbe};
 
 /// A character device node the container gets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -32,8 +32,8 @@ pub struct DeviceNode {
 
 /// The majors the driver registered, from `<proc_root>/devices`, with the driver's
 /// fixed `nvidia` major as a fallback.
-pub fn read_majors(proc_root: &Path) -> BTreeMap<String, u32> {
-    let mut m = std::fs::read_to_string(proc_root.join("devices"))
+pub fn read_majors(probe: &dyn HostProbe, proc_root: &Path) -> BTreeMap<String, u32> {
+    let mut m = probe::read_text(probe, &proc_root.join("devices"))
         .map(|t| parse_char_majors(&t))
         .unwrap_or_default();
     m.entry("nvidia".into()).or_insert(195);
@@ -42,29 +42,28 @@ pub fn read_majors(proc_root: &Path) -> BTreeMap<String, u32> {
 }
 
 /// The node `<dev_root>/dev/<rel>`, read from the host when it is a character device.
-fn host_node(dev_root: &Path, rel: &str) -> Option<DeviceNode> {
+fn host_node(probe: &dyn HostProbe, dev_root: &Path, rel: &str) -> Option<DeviceNode> {
     let host_path = dev_root.join("dev").join(rel);
-    let meta = std::fs::symlink_metadata(&host_path).ok()?;
-    if !meta.file_type().is_char_device() {
+    let meta = probe.lstat(&host_path).ok()?;
+    if meta.kind != FileKind::CharDevice {
         return None;
     }
-    let rdev = meta.rdev();
     Some(DeviceNode {
         path: Path::new("/dev").join(rel),
         host_path,
-        major: major(rdev),
-        minor: minor(rdev),
-        file_mode: meta.mode() & 0o7777,
-        uid: meta.uid(),
-        gid: meta.gid(),
+        major: meta.major,
+        minor: meta.minor,
+        file_mode: meta.mode & 0o7777,
+        uid: meta.uid,
+        gid: meta.gid,
         on_host: true,
     })
 }
 
 /// The node `<dev_root>/dev/<rel>` from the host, else one made of the numbers the
 /// driver registered (runc creates it in the container from them).
-fn node_or(dev_root: &Path, rel: &str, numbers: (u32, u32)) -> DeviceNode {
-    host_node(dev_root, rel).unwrap_or_else(|| DeviceNode {
+fn node_or(probe: &dyn HostProbe, dev_root: &Path, rel: &str, numbers: (u32, u32)) -> DeviceNode {
+    host_node(probe, dev_root, rel).unwrap_or_else(|| DeviceNode {
         path: Path::new("/dev").join(rel),
         host_path: dev_root.join("dev").join(rel),
         major: numbers.0,
@@ -76,39 +75,44 @@ fn node_or(dev_root: &Path, rel: &str, numbers: (u32, u32)) -> DeviceNode {
     })
 }
 
-/// The major part of a `dev_t`, as glibc's `gnu_dev_major` computes it.
-fn major(rdev: u64) -> u32 {
-    (((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0x0000_0fff)) as u32
-}
-
-/// The minor part of a `dev_t`, as glibc's `gnu_dev_minor` computes it.
-fn minor(rdev: u64) -> u32 {
-    (((rdev >> 12) & 0xffff_ff00) | (rdev & 0x0000_00ff)) as u32
-}
-
 /// `/dev/nvidia<minor>`.
-pub fn gpu_node(dev_root: &Path, majors: &BTreeMap<String, u32>, gpu_minor: u32) -> DeviceNode {
+pub fn gpu_node(
+    probe: &dyn HostProbe,
+    dev_root: &Path,
+    majors: &BTreeMap<String, u32>,
+    gpu_minor: u32,
+) -> DeviceNode {
     let major = majors.get("nvidia").copied().unwrap_or(195);
-    node_or(dev_root, &format!("nvidia{gpu_minor}"), (major, gpu_minor))
+    node_or(
+        probe,
+        dev_root,
+        &format!("nvidia{gpu_minor}"),
+        (major, gpu_minor),
+    )
 }
 
 /// `/dev/nvidia-caps/nvidia-cap<minor>`, when the node exists or the `nvidia-caps`
 /// major is registered.
 pub fn cap_node(
+    probe: &dyn HostProbe,
     dev_root: &Path,
     majors: &BTreeMap<String, u32>,
     cap_minor: u32,
 ) -> Option<DeviceNode> {
     let rel = format!("nvidia-caps/nvidia-cap{cap_minor}");
     match majors.get("nvidia-caps") {
-        Some(major) => Some(node_or(dev_root, &rel, (*major, cap_minor))),
-        None => host_node(dev_root, &rel),
+        Some(major) => Some(node_or(probe, dev_root, &rel, (*major, cap_minor))),
+        None => host_node(probe, dev_root, &rel),
     }
 }
 
 /// `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`, `nvidia-modeset`: those present on
 /// the host, plus those the loaded modules registered but that have no node yet.
-pub fn control_nodes(dev_root: &Path, majors: &BTreeMap<String, u32>) -> Vec<DeviceNode> {
+pub fn control_nodes(
+    probe: &dyn HostProbe,
+    dev_root: &Path,
+    majors: &BTreeMap<String, u32>,
+) -> Vec<DeviceNode> {
     let nv = majors.get("nvidia").copied().unwrap_or(195);
     let uvm = majors.get("nvidia-uvm").copied();
     [
@@ -119,22 +123,22 @@ pub fn control_nodes(dev_root: &Path, majors: &BTreeMap<String, u32>) -> Vec<Dev
     ]
     .into_iter()
     .filter_map(|(rel, numbers)| match numbers {
-        Some(n) => Some(node_or(dev_root, rel, n)),
-        None => host_node(dev_root, rel),
+        Some(n) => Some(node_or(probe, dev_root, rel, n)),
+        None => host_node(probe, dev_root, rel),
     })
     .collect()
 }
 
 /// `/dev/nvidia-caps-imex-channels/channel<N>` present on the host, by N.
-pub fn imex_channels(dev_root: &Path) -> Vec<DeviceNode> {
+pub fn imex_channels(probe: &dyn HostProbe, dev_root: &Path) -> Vec<DeviceNode> {
     let dir = dev_root.join("dev/nvidia-caps-imex-channels");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
+    let Ok(entries) = probe.read_dir(&dir) else {
         return Vec::new();
     };
     let mut numbered: Vec<(u32, String)> = entries
-        .flatten()
+        .into_iter()
         .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
+            let name = e.into_string().ok()?;
             let n = name.strip_prefix("channel")?.parse().ok()?;
             Some((n, name))
         })
@@ -142,20 +146,12 @@ pub fn imex_channels(dev_root: &Path) -> Vec<DeviceNode> {
     numbered.sort();
     numbered
         .into_iter()
-        .filter_map(|(_, name)| host_node(dev_root, &format!("nvidia-caps-imex-channels/{name}")))
+        .filter_map(|(_, name)| {
+            host_node(
+                probe,
+                dev_root,
+                &format!("nvidia-caps-imex-channels/{name}"),
+            )
+        })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dev_t_split() {
-        // makedev(195, 255) and makedev(241, 1) and a large minor
-        assert_eq!((major(0xc3ff), minor(0xc3ff)), (195, 255));
-        assert_eq!((major(0xf101), minor(0xf101)), (241, 1));
-        let big = (0x123u64 << 8) | 0x45u64 | (0x6700u64 << 12);
-        assert_eq!((major(big), minor(big)), (0x123, 0x6745));
-    }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::DiscoverError;
+use crate::probe::{self, HostProbe};
 
 /// One GPU as the kernel module lists it in `gpus/<bus id>/information`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,19 +75,18 @@ pub fn normalize_bus_id(id: &str) -> Option<String> {
 
 /// Every GPU under `<nvidia>/gpus`, in PCI bus order (the order nvidia-smi numbers
 /// them in). GPUs the module marks `GPU Excluded: Yes` are left out.
-pub fn read_gpus(nvidia: &Path) -> Result<Vec<ProcGpu>, DiscoverError> {
+pub fn read_gpus(probe: &dyn HostProbe, nvidia: &Path) -> Result<Vec<ProcGpu>, DiscoverError> {
     let gpus_dir = nvidia.join("gpus");
-    let entries = match std::fs::read_dir(&gpus_dir) {
+    let entries = match probe.read_dir(&gpus_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => return Err(DiscoverError::io("list", &gpus_dir, source)),
     };
     let mut gpus = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| DiscoverError::io("list", &gpus_dir, e))?;
-        let dir = entry.path();
+        let dir = gpus_dir.join(&entry);
         let info_path = dir.join("information");
-        let text = std::fs::read_to_string(&info_path)
+        let text = probe::read_text(probe, &info_path)
             .map_err(|e| DiscoverError::io("read", &info_path, e))?;
         let fields = parse_fields(&text);
         if fields.get("GPU Excluded").map(String::as_str) == Some("Yes") {
@@ -96,7 +96,7 @@ pub fn read_gpus(nvidia: &Path) -> Result<Vec<ProcGpu>, DiscoverError> {
             path: info_path.clone(),
             what: what.to_string(),
         };
-        let name = entry.file_name().to_string_lossy().into_owned();
+        let name = entry.to_string_lossy().into_owned();
         let bus_id = fields
             .get("Bus Location")
             .and_then(|b| normalize_bus_id(b))
@@ -126,23 +126,27 @@ pub fn read_gpus(nvidia: &Path) -> Result<Vec<ProcGpu>, DiscoverError> {
 
 /// The `DeviceFileMinor` of a capability file such as
 /// `capabilities/mig/config`, or `None` when the file is absent or has none.
-pub fn read_cap_minor(path: &Path) -> Option<u32> {
-    let text = std::fs::read_to_string(path).ok()?;
+pub fn read_cap_minor(probe: &dyn HostProbe, path: &Path) -> Option<u32> {
+    let text = probe::read_text(probe, path).ok()?;
     parse_fields(&text).get("DeviceFileMinor")?.parse().ok()
 }
 
 /// The MIG instances of the GPU with device minor `minor`, from
 /// `capabilities/gpu<minor>/mig/gi<G>/ci<C>/access`: `(gi, ci, gi access minor, ci
 /// access minor)`, sorted by gi then ci.
-pub fn read_mig_instances(nvidia: &Path, minor: u32) -> Vec<(u32, u32, u32, u32)> {
+pub fn read_mig_instances(
+    probe: &dyn HostProbe,
+    nvidia: &Path,
+    minor: u32,
+) -> Vec<(u32, u32, u32, u32)> {
     let mig = nvidia.join(format!("capabilities/gpu{minor}/mig"));
     let mut out = Vec::new();
-    for (gi, gi_dir) in numbered_dirs(&mig, "gi") {
-        let Some(gi_minor) = read_cap_minor(&gi_dir.join("access")) else {
+    for (gi, gi_dir) in numbered_dirs(probe, &mig, "gi") {
+        let Some(gi_minor) = read_cap_minor(probe, &gi_dir.join("access")) else {
             continue;
         };
-        for (ci, ci_dir) in numbered_dirs(&gi_dir, "ci") {
-            if let Some(ci_minor) = read_cap_minor(&ci_dir.join("access")) {
+        for (ci, ci_dir) in numbered_dirs(probe, &gi_dir, "ci") {
+            if let Some(ci_minor) = read_cap_minor(probe, &ci_dir.join("access")) {
                 out.push((gi, ci, gi_minor, ci_minor));
             }
         }
@@ -151,16 +155,15 @@ pub fn read_mig_instances(nvidia: &Path, minor: u32) -> Vec<(u32, u32, u32, u32)
     out
 }
 
-fn numbered_dirs(dir: &Path, prefix: &str) -> Vec<(u32, PathBuf)> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+fn numbered_dirs(probe: &dyn HostProbe, dir: &Path, prefix: &str) -> Vec<(u32, PathBuf)> {
+    let Ok(entries) = probe.read_dir(dir) else {
         return Vec::new();
     };
     let mut out: Vec<(u32, PathBuf)> = entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name();
+        .into_iter()
+        .filter_map(|name| {
             let n = name.to_str()?.strip_prefix(prefix)?.parse().ok()?;
-            Some((n, e.path()))
+            Some((n, dir.join(&name)))
         })
         .collect();
     out.sort();

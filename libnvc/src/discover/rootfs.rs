@@ -6,13 +6,15 @@
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
+use crate::probe::{FileKind, HostProbe};
+
 /// The most links followed while resolving one path, as the kernel does.
 const MAX_LINKS: usize = 40;
 
 /// Resolves `path` (absolute, as seen from inside `root`) to the host path of the file
 /// it names, following every link inside `root`. The last component need not exist
 /// when `allow_missing_last` is set; every other missing component is `NotFound`.
-pub fn resolve_in_root(root: &Path, path: &Path) -> io::Result<PathBuf> {
+pub fn resolve_in_root(probe: &dyn HostProbe, root: &Path, path: &Path) -> io::Result<PathBuf> {
     let mut resolved = PathBuf::from("/");
     let mut pending: Vec<PathBuf> = components_rev(path);
     let mut links = 0;
@@ -24,8 +26,8 @@ pub fn resolve_in_root(root: &Path, path: &Path) -> io::Result<PathBuf> {
         }
         let candidate = resolved.join(name);
         let host = join_under(root, &candidate);
-        let meta = std::fs::symlink_metadata(&host)?;
-        if meta.file_type().is_symlink() {
+        let meta = probe.lstat(&host)?;
+        if meta.kind == FileKind::Symlink {
             links += 1;
             if links > MAX_LINKS {
                 return Err(io::Error::new(
@@ -36,7 +38,7 @@ pub fn resolve_in_root(root: &Path, path: &Path) -> io::Result<PathBuf> {
                     ),
                 ));
             }
-            let target = std::fs::read_link(&host)?;
+            let target = probe.read_link(&host)?;
             if target.is_absolute() {
                 resolved = PathBuf::from("/");
             }
@@ -83,6 +85,7 @@ fn components_rev(path: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::TreeProbe;
     use std::os::unix::fs::symlink;
 
     #[test]
@@ -106,12 +109,13 @@ mod tests {
         symlink("../../../../../../etc", root.join("usr/lib/escape")).unwrap();
         symlink("loop", root.join("usr/lib/loop")).unwrap();
 
-        let got = resolve_in_root(root, Path::new("/lib/libcuda.so.1")).unwrap();
+        let got = resolve_in_root(&TreeProbe::new(), root, Path::new("/lib/libcuda.so.1")).unwrap();
         assert_eq!(got, root.join("usr/local/nvidia/lib64/libcuda.so.1.2"));
         // `..` past the root stays at the root: /etc inside the root, which is absent.
-        let err = resolve_in_root(root, Path::new("/usr/lib/escape/passwd")).unwrap_err();
+        let err = resolve_in_root(&TreeProbe::new(), root, Path::new("/usr/lib/escape/passwd"))
+            .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
-        let err = resolve_in_root(root, Path::new("/usr/lib/loop")).unwrap_err();
+        let err = resolve_in_root(&TreeProbe::new(), root, Path::new("/usr/lib/loop")).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
         assert_eq!(
             inside_root(root, &got),

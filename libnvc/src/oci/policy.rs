@@ -78,6 +78,6 @@ mod tests {
         config.requests.supported_capabilities = vec!["utility".into(), "warp".into()];
         let e = request_policy(&config, false).unwrap_err();
         assert_eq!(e.to_string(), "invalid requests.supported-capabilities");
-        assert!(crate::edits::error_chain(&e).contains("\"warp\""));
+        assert!(crate::report::error_chain(&e).contains("\"warp\""));
     }
 }

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::probe::{FileKind, HostProbe};
+
 /// A rootfs the runtime must not be given.
 #[derive(Debug, thiserror::Error)]
 pub enum RootfsError {
@@ -39,11 +41,11 @@ pub enum RootfsError {
 /// container, before any hook runs. `/dev` is the runtime's own tmpfs: no working image
 /// needs it to be a link. Only the one entry directly under the trusted rootfs path is
 /// looked at, without following it.
-pub fn refuse_linked_dev(rootfs: &Path) -> Result<(), RootfsError> {
+pub fn refuse_linked_dev(probe: &dyn HostProbe, rootfs: &Path) -> Result<(), RootfsError> {
     let dev = rootfs.join("dev");
-    match std::fs::symlink_metadata(&dev) {
-        Ok(m) if m.file_type().is_symlink() => Err(RootfsError::LinkedDev {
-            target: std::fs::read_link(&dev).unwrap_or_default(),
+    match probe.lstat(&dev) {
+        Ok(m) if m.kind == FileKind::Symlink => Err(RootfsError::LinkedDev {
+            target: probe.read_link(&dev).unwrap_or_default(),
             rootfs: rootfs.to_path_buf(),
         }),
         _ => Ok(()),
@@ -51,9 +53,13 @@ pub fn refuse_linked_dev(rootfs: &Path) -> Result<(), RootfsError> {
 }
 
 /// Refuses a GPU container whose `rootfs` (named by the spec at `spec`) is the host's `/`
-/// (see [`is_host_root`]).
-pub fn refuse_host_root(rootfs: &Path, spec: &Path) -> Result<(), RootfsError> {
-    if is_host_root(rootfs) {
+/// (see [`HostProbe::is_host_root`]).
+pub fn refuse_host_root(
+    probe: &dyn HostProbe,
+    rootfs: &Path,
+    spec: &Path,
+) -> Result<(), RootfsError> {
+    if probe.is_host_root(rootfs) {
         return Err(RootfsError::HostRoot {
             rootfs: rootfs.to_path_buf(),
             spec: spec.to_path_buf(),
@@ -62,37 +68,31 @@ pub fn refuse_host_root(rootfs: &Path, spec: &Path) -> Result<(), RootfsError> {
     Ok(())
 }
 
-/// Whether `rootfs` is the host's `/` (the same device and inode, so a link to `/` or a
-/// bind mount of it counts too). The hook would otherwise mount the driver's files over
-/// the host's own and rewrite its ld.so.cache. A rootfs that cannot be read is left to
-/// the runtime, which reports it.
-pub fn is_host_root(rootfs: &Path) -> bool {
-    matches!(
-        nvc_sys::container::refuse_host_root(rootfs),
-        Err(nvc_sys::container::FsError::HostRoot { .. })
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::TreeProbe;
 
     #[test]
     fn a_linked_dev_and_the_host_root_are_told() {
         let tmp = tempfile::tempdir().unwrap();
         let rootfs = tmp.path().join("rootfs");
         std::fs::create_dir_all(rootfs.join("dev")).unwrap();
-        refuse_linked_dev(&rootfs).unwrap();
+        let probe = TreeProbe::new();
+        refuse_linked_dev(&probe, &rootfs).unwrap();
         std::fs::remove_dir(rootfs.join("dev")).unwrap();
         std::os::unix::fs::symlink("/tmp", rootfs.join("dev")).unwrap();
-        let e = refuse_linked_dev(&rootfs).unwrap_err();
+        let e = refuse_linked_dev(&probe, &rootfs).unwrap_err();
         assert!(
             e.to_string().contains("/dev is a symbolic link (to /tmp)"),
             "{e}"
         );
-        assert!(!is_host_root(&rootfs));
-        assert!(is_host_root(Path::new("/")));
-        std::os::unix::fs::symlink("/", tmp.path().join("slash")).unwrap();
-        assert!(is_host_root(&tmp.path().join("slash")));
+        let spec = tmp.path().join("config.json");
+        refuse_host_root(&probe, &rootfs, &spec).unwrap();
+        let e = refuse_host_root(&probe, Path::new("/"), &spec).unwrap_err();
+        assert!(
+            e.to_string().contains("is the host's root directory"),
+            "{e}"
+        );
     }
 }

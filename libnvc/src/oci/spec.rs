@@ -1002,7 +1002,7 @@ mod tests {
 
         fs::write(&path, "{\n  \"root\": {\"path\": \"r\"},\n  \"x\": ]\n}").unwrap();
         let e = read_spec(&path).unwrap_err();
-        let chain = crate::edits::error_chain(&e);
+        let chain = crate::report::error_chain(&e);
         assert!(
             chain.starts_with(&format!("invalid JSON in {}: ", path.display())),
             "{chain}"
@@ -1094,7 +1094,7 @@ mod tests {
             "{\"root\": {\"path\": \"r\"}, \"process\": {\"env\": [\"A",
         )
         .unwrap();
-        let chain = crate::edits::error_chain(&read_spec(&path).unwrap_err());
+        let chain = crate::report::error_chain(&read_spec(&path).unwrap_err());
         assert!(
             chain.starts_with(&format!(
                 "invalid JSON in {} (it ends early: truncated?): EOF while parsing",
@@ -1103,16 +1103,16 @@ mod tests {
             "{chain}"
         );
         fs::write(&path, b"{\"a\": \"\xff\"}").unwrap();
-        let chain = crate::edits::error_chain(&read_spec(&path).unwrap_err());
+        let chain = crate::report::error_chain(&read_spec(&path).unwrap_err());
         assert!(
             chain.contains("(a string holds bytes that are not UTF-8"),
             "{chain}"
         );
         fs::write(&path, "{\"a\": \"\\ud800\"}").unwrap();
-        let chain = crate::edits::error_chain(&read_spec(&path).unwrap_err());
+        let chain = crate::report::error_chain(&read_spec(&path).unwrap_err());
         assert!(chain.contains("half a surrogate pair"), "{chain}");
         fs::write(&path, "{\"root\": 1,}").unwrap();
-        let chain = crate::edits::error_chain(&read_spec(&path).unwrap_err());
+        let chain = crate::report::error_chain(&read_spec(&path).unwrap_err());
         assert!(!chain.contains("truncated"), "{chain}");
     }
 

@@ -167,7 +167,7 @@ fn kind(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edits::error_chain;
+    use libnvc::report::error_chain;
 
     const NV: DockerOptions<'static> = DockerOptions {
         runtime_name: "nv",

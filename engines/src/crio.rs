@@ -173,7 +173,7 @@ pub fn default_drop_in(config_path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edits::error_chain;
+    use libnvc::report::error_chain;
 
     const NV: CrioOptions<'static> = CrioOptions {
         runtime_name: "nv",

@@ -2,15 +2,16 @@
 //! libraries in `/usr/local/cuda/compat` (NVIDIA's `cuda-compat` package). When its
 //! `libcuda.so.<version>` is newer than the host's driver, those libraries go first in the
 //! container's ld.so.cache, ahead of the host's. One rule for the prestart hook
-//! (`crate::apply`) and the CDI `update-ldcache` hook (`crate::cdi::hooks`).
+//! ([`crate::setup`]) and the CDI `update-ldcache` hook ([`crate::cdi_hooks`]), through
+//! [`crate::ldcache::update`].
 
 use std::path::Path;
 
+use libnvc::ldcache::{CacheArch, Entry};
+use libnvc::version::Version;
 use log::info;
-use nvc_sys::container::ContainerRoot;
 
-use crate::ldcache::{CacheArch, Entry};
-use crate::version::Version;
+use crate::container::ContainerRoot;
 
 /// Where the image keeps them.
 pub const COMPAT_DIR: &str = "/usr/local/cuda/compat";

@@ -549,7 +549,7 @@ fn header(version: i64, opts: &ContainerdOptions<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edits::error_chain;
+    use libnvc::report::error_chain;
 
     const MAIN: &str = "/etc/containerd/config.toml";
     const DROP_IN: &str = "/etc/containerd/conf.d/99-nvc.toml";

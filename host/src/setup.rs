@@ -17,14 +17,14 @@ use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
+use libnvc::discover::{Driver, LibClass};
+use libnvc::edits::{self, ContainerEdits, ContainerLayout, EditsError, MountKind};
+use libnvc::ldcache::{CacheArch, Entry};
+use libnvc::request::Request;
 use log::{debug, info, warn};
-use nvc_sys::container::{self, ContainerRoot, DetachedMount, Filesystem, FsError, MountAttrs};
 
+use crate::container::{self, ContainerRoot, DetachedMount, Filesystem, FsError, MountAttrs};
 use crate::devcgroup::{self, CharDevice, DeviceCgroup};
-use crate::discover::{Driver, LibClass};
-use crate::edits::{self, ContainerEdits, ContainerLayout, EditsError, MountKind};
-use crate::ldcache::{self, CacheArch, Entry};
-use crate::request::Request;
 
 /// What the hook knows about the container besides the edits.
 #[derive(Debug, Clone)]
@@ -51,16 +51,16 @@ pub struct Target {
 
 /// Why the container could not be set up.
 #[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
+pub enum SetupError {
     /// The request cannot be met.
     #[error(transparent)]
     Edits(#[from] EditsError),
     /// A file-system operation on the host or in the container failed.
     #[error(transparent)]
     Fs(#[from] FsError),
-    /// The container's new ld.so.cache could not be built.
-    #[error("cannot build the container's ld.so.cache")]
-    LdCache(#[source] ldcache::LdCacheError),
+    /// The container's ld.so.cache could not be updated.
+    #[error(transparent)]
+    LdCache(#[from] crate::ldcache::UpdateError),
     /// The container's device cgroup could not be extended for the nodes bound in.
     #[error(transparent)]
     DevCgroup(#[from] devcgroup::DevCgroupError),
@@ -94,11 +94,11 @@ fn attrs_for(kind: MountKind) -> MountAttrs {
 
 /// Sets the container up: mounts, nodes, links, `/proc/driver/nvidia`, ld.so.cache.
 /// Must run single-threaded (it enters another mount namespace).
-pub fn apply(
+pub fn set_up(
     driver: &Driver,
     request: &Request,
     target: &Target,
-) -> Result<ContainerEdits, ApplyError> {
+) -> Result<ContainerEdits, SetupError> {
     container::refuse_host_root(&target.rootfs)?;
     // Phase 1, host namespace: every source, as a detached mount. The host paths do not
     // depend on the container's layout, so the default layout is enough here.
@@ -302,7 +302,7 @@ struct ProcMask {
 impl ProcMask {
     /// Reads what the mask shows, in the host namespace. `None` when the host has no
     /// `/proc/driver/nvidia` (no driver loaded, or a driver tree for tests).
-    fn prepare(driver: &Driver, edits: &ContainerEdits) -> Result<Option<ProcMask>, ApplyError> {
+    fn prepare(driver: &Driver, edits: &ContainerEdits) -> Result<Option<ProcMask>, SetupError> {
         let nvidia = driver.roots.nvidia_proc();
         if !Path::new("/proc/driver/nvidia").is_dir() || !nvidia.is_dir() {
             return Ok(None);
@@ -345,7 +345,7 @@ impl ProcMask {
 
     /// Mounts the mask over the container's `/proc/driver/nvidia`, when it has one: on the
     /// runtime's procfs, checked to be one.
-    fn apply(self, root: &ContainerRoot) -> Result<(), ApplyError> {
+    fn apply(self, root: &ContainerRoot) -> Result<(), SetupError> {
         let Some(proc) = root.submount(Path::new("/proc"), Filesystem::Procfs)? else {
             return Ok(());
         };
@@ -395,21 +395,13 @@ fn arch_of(class: LibClass) -> CacheArch {
     }
 }
 
-/// The most of the container's old cache that is read.
-const MAX_CACHE: usize = 16 << 20;
-
-/// Writes the container's `/etc/ld.so.cache` natively: the forward-compatible CUDA
-/// libraries of `/usr/local/cuda/compat` when they are newer than the host driver, then
-/// the injected libraries, then the image's own entries. Nothing of the image is run.
-///
-/// In a read-only rootfs the new cache is mounted over `/etc/ld.so.cache` (an empty
-/// mount point where the image has none) rather than written.
+/// Updates the container's ld.so.cache ([`crate::ldcache::update`]) with the libraries
+/// mounted, by their sonames and the links made to them.
 fn update_ldcache(
     root: &ContainerRoot,
     driver: &Driver,
     edits: &ContainerEdits,
-) -> Result<(), ApplyError> {
-    let mut entries: Vec<Entry> = crate::compat::entries(root, driver.version().as_ref());
+) -> Result<(), SetupError> {
     let mut ours = Vec::new();
     for lib in &driver.libraries {
         // The folder the library was mounted into, if it was.
@@ -444,36 +436,6 @@ fn update_ldcache(
             });
         }
     }
-    entries.extend(ours);
-    match root.read_file(Path::new("/etc/ld.so.cache"), MAX_CACHE) {
-        Ok(data) => match ldcache::parse(&data) {
-            Ok(cache) => entries.extend(
-                cache
-                    .entries
-                    .into_iter()
-                    .filter(|e| e.hwcaps_index().is_none()),
-            ),
-            Err(e) => warn!("ignoring the image's unreadable /etc/ld.so.cache: {e}"),
-        },
-        Err(e) => debug!("no usable /etc/ld.so.cache in the image: {e}"),
-    }
-    let bytes = ldcache::write(&entries).map_err(ApplyError::LdCache)?;
-    let cache = Path::new("/etc/ld.so.cache");
-    if root.is_read_only() {
-        let point = match root.file_mount_point(cache, 0o644) {
-            Ok(point) => point,
-            // A link there is never followed nor replaced: the image keeps its cache.
-            Err(e @ FsError::WrongType { .. }) => {
-                info!("the ld.so.cache is left as it is: {e}");
-                return Ok(());
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let file = DetachedMount::file(&bytes, 0o644, "the container's new ld.so.cache")?;
-        root.attach(file, &point, cache)?;
-        return Ok(());
-    }
-    root.mkdir_all(Path::new("/etc"), 0o755)?;
-    root.write_file(cache, &bytes, 0o644)?;
+    crate::ldcache::update(root, ours, driver.version().as_ref())?;
     Ok(())
 }

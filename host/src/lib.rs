@@ -1,11 +1,28 @@
-//! The one crate of nvc that uses `unsafe`: loading the host driver's libraries to ask
-//! them what they are. Every `unsafe` block carries a `// SAFETY:` line.
+//! nvc-host: everything nvc does to the host and to a container, on one side of the line
+//! from libnvc's pure pipeline, and the only crate of nvc with `unsafe` (each block with a
+//! `// SAFETY:` line).
+//!
+//! - [`probe::RealHost`]: the host as discovery reads it (libnvc's `HostProbe`), the
+//!   driver's libcuda and NVML loaded to ask them what they are;
+//! - [`container`]: the container's rootfs, opened once and resolved inside, mounts and
+//!   `setns`; [`setup`] sets a live container up from its prestart hook,
+//!   [`cdi_hooks`] runs the CDI spec's hooks, both through the one [`ldcache::update`];
+//! - [`cgroup`] and [`devcgroup`]: the container's device cgroup (v1 file, v2 programs);
+//! - [`files`]: the one atomic file writer, [`logging`]: the log file, [`deadline`]: the
+//!   hook's alarm.
 
 use std::path::{Path, PathBuf};
 
+pub mod cdi_hooks;
 pub mod cgroup;
+pub mod compat;
 pub mod container;
 pub mod deadline;
+pub mod devcgroup;
+pub mod ldcache;
+pub mod logging;
+pub mod probe;
+pub mod setup;
 
 /// Why a driver library could not answer.
 #[derive(Debug, thiserror::Error)]

@@ -111,7 +111,7 @@ fn parse(text: &str) -> Result<Map<String, Value>, PodmanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::edits::error_chain;
+    use libnvc::report::error_chain;
 
     const OPTS: PodmanOptions<'static> = PodmanOptions {
         hook_path: "/usr/bin/nvc-hook",

@@ -1232,7 +1232,7 @@ fn tmpfs_is_populated_then_made_read_only_then_attached() {
                 .f_flag
                 .contains(F::RDONLY | F::NOSUID | F::NODEV | F::NOEXEC));
             let statfs = rustix::fs::statfs(&dir).unwrap();
-            assert_eq!(statfs.f_type, libc::TMPFS_MAGIC as _);
+            assert_eq!(statfs.f_type as i64, libc::TMPFS_MAGIC as i64);
         }
     });
 }

@@ -1,0 +1,352 @@
+//! Runs the hooks a CDI spec asks the engine to run (`nvc-hook cdi-links` and
+//! `nvc-hook update-ldcache`; their arguments are [`libnvc::cdi::hooks::CdiHook`]).
+//!
+//!
+//! # The stage, and why it is safe
+//!
+//! They are `createContainer` hooks. The OCI runtime spec runs those *in the container's
+//! namespaces*, after the runtime has made the container's mounts (so the driver files the
+//! spec bind-mounts are in place) and before `pivot_root`; the hook's path resolves in the
+//! runtime's namespace. runc runs them from its `init` process, in the new mount
+//! namespace, with the rootfs (`root.path`, a host path) still reachable by that path and
+//! the host's `/proc` still at `/proc`.
+//!
+//! So the hook does not enter any namespace, unlike the prestart hook
+//! ([`crate::apply`]), which runs in the runtime's namespace and must `setns` into the
+//! container's through its pid. Here that pid is useless: runc reports `getpid()` of its
+//! init, which inside a new pid namespace is 1, and `/proc/1` is the *host's* init, whose
+//! mount namespace is the host's. The hook instead finds the rootfs as NVIDIA's
+//! `nvidia-cdi-hook` does: the state's `bundle`, its `config.json`, `root.path` (joined to
+//! the bundle when relative), and works on that path in the namespace it was started in,
+//! where the container's mounts are visible. It must therefore only ever run at the
+//! `createContainer` stage; the spec [`super::generate`] writes puts it nowhere else.
+//!
+//! The rootfs is hostile, and the hook runs as the runtime's root with every
+//! capability. As everywhere in nvc, it touches the rootfs only through
+//! [`ContainerRoot`]: opened once as an `O_PATH` fd, every path resolved inside it
+//! (`openat2(RESOLVE_IN_ROOT)` or the fd walk), links made by a temporary name and a
+//! rename, the cache written to a temporary file and renamed, the old cache read with a
+//! size bound and parsed by a bounded parser. Nothing from the image is executed (no
+//! `ldconfig`), no ELF file of the image is parsed, and the hook's environment is the
+//! spec's fixed `PATH`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use libnvc::cdi::hooks::{CdiHook, HookArgsError};
+use libnvc::ldcache::{self, CacheArch, Entry};
+use libnvc::oci::spec::{self, SpecError};
+use serde::Deserialize;
+
+use crate::container::{ContainerRoot, FileKind, FsError};
+
+/// The most entries read from one library folder.
+const MAX_DIR_ENTRIES: usize = 1 << 16;
+
+/// Why a CDI hook failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CdiHookError {
+    /// Its arguments are invalid.
+    #[error(transparent)]
+    Args(#[from] HookArgsError),
+    /// The state could not be read from stdin.
+    #[error(transparent)]
+    StateRead(#[from] libnvc::oci::state::StateError),
+    /// The state on stdin is not the OCI state.
+    #[error("invalid container state on stdin (expected the OCI state JSON with the bundle)")]
+    State(#[source] serde_json::Error),
+    /// The state's bundle is relative: the hook's working directory is the rootfs, so it
+    /// cannot be resolved safely.
+    #[error("the container state's bundle {0} is not an absolute path")]
+    RelativeBundle(PathBuf),
+    /// The bundle's config.json is unusable.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// A file-system operation in the container failed.
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    /// The container's ld.so.cache could not be updated.
+    #[error(transparent)]
+    LdCache(#[from] crate::ldcache::UpdateError),
+}
+
+#[derive(Deserialize)]
+struct State {
+    bundle: PathBuf,
+}
+
+/// The container's rootfs, as a host path, from the OCI state a hook reads on stdin:
+/// `root.path` of the bundle's config.json, joined to the bundle when relative.
+pub fn rootfs_from_state(state: &[u8]) -> Result<PathBuf, CdiHookError> {
+    let state: State = serde_json::from_slice(state).map_err(CdiHookError::State)?;
+    if !state.bundle.is_absolute() {
+        return Err(CdiHookError::RelativeBundle(state.bundle));
+    }
+    let config = spec::read_spec(&state.bundle.join("config.json"))?;
+    Ok(spec::view(&config, &state.bundle)?.rootfs)
+}
+
+/// Does `hook`'s work in the container that `state` (the OCI state on the hook's stdin)
+/// describes; see the module's documentation for the stage this must run in.
+pub fn run(hook: &CdiHook, state: &[u8]) -> Result<(), CdiHookError> {
+    let rootfs = rootfs_from_state(state)?;
+    let root = ContainerRoot::open(&rootfs)?;
+    apply(hook, &root)
+}
+
+/// Does `hook`'s work in the container whose rootfs is `root`. Running it again changes
+/// nothing.
+pub fn apply(hook: &CdiHook, root: &ContainerRoot) -> Result<(), CdiHookError> {
+    match hook {
+        CdiHook::Links(links) => {
+            for link in links {
+                root.symlink(&link.link, &link.target)?;
+            }
+            Ok(())
+        }
+        CdiHook::UpdateLdcache {
+            folders,
+            compat_above,
+        } => {
+            let mut ours = Vec::new();
+            for folder in folders {
+                ours.extend(folder_entries(root, folder)?);
+            }
+            crate::ldcache::update(root, ours, compat_above.as_ref())?;
+            Ok(())
+        }
+    }
+}
+
+/// How many numeric parts follow `.so` in a library's file name: `libx.so` 0,
+/// `libx.so.1` 1, `libx.so.1.2.3` 3; `None` for names that are no shared object's.
+fn so_version_parts(name: &str) -> Option<usize> {
+    if !name.starts_with("lib") && !name.starts_with("ld") {
+        return None;
+    }
+    let (_, rest) = name.split_once(".so")?;
+    if rest.is_empty() {
+        return Some(0);
+    }
+    let version = rest.strip_prefix('.')?;
+    let parts: Vec<&str> = version.split('.').collect();
+    if parts
+        .iter()
+        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    {
+        Some(parts.len())
+    } else {
+        None
+    }
+}
+
+/// The cache entries for the libraries in `folder`, without reading any library.
+///
+/// The names in the folder that resolve (inside the root) to one regular file are one
+/// library. Its entries are its names with the fewest version parts, at least one (the
+/// soname link `libcuda.so.1` rather than the file `libcuda.so.580.65.06`, or the file
+/// itself when it is named by its soname), plus its development names (`libcuda.so`),
+/// as `ldconfig` lists them. This is what makes the driver's libraries loadable by
+/// soname: `cdi-links` made a link named by the soname for every one whose file is not.
+fn folder_entries(root: &ContainerRoot, folder: &Path) -> Result<Vec<Entry>, CdiHookError> {
+    let names = match root.read_dir(folder, MAX_DIR_ENTRIES) {
+        Ok(names) => names,
+        Err(e) if e.is_not_found() => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut by_file: BTreeMap<(u64, u64), Vec<(usize, String)>> = BTreeMap::new();
+    for name in names {
+        let Some(parts) = so_version_parts(&name) else {
+            continue;
+        };
+        // The runtime bind-mounted each library of the spec: each is a mount of its own.
+        let (kind, dev, ino) = match root.identify(&folder.join(&name)) {
+            Ok(found) => found,
+            Err(e) if e.is_not_found() => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if kind != FileKind::RegularFile {
+            continue;
+        }
+        by_file.entry((dev, ino)).or_default().push((parts, name));
+    }
+    let dir = folder.to_str().ok_or_else(|| {
+        CdiHookError::LdCache(crate::ldcache::UpdateError::Build(
+            ldcache::LdCacheError::NonUtf8Dir {
+                path: folder.to_path_buf(),
+            },
+        ))
+    })?;
+    let dir = dir.trim_end_matches('/');
+    let flags = CacheArch::X86_64.flags();
+    let mut entries = Vec::new();
+    for names in by_file.values() {
+        let fewest = names.iter().map(|(p, _)| *p).filter(|p| *p > 0).min();
+        for (parts, name) in names {
+            if *parts == 0 || Some(*parts) == fewest {
+                entries.push(Entry {
+                    name: name.clone(),
+                    path: format!("{dir}/{name}"),
+                    flags,
+                    hwcap: 0,
+                });
+            }
+        }
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn links_and_ldcache_in_a_rootfs_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let rootfs = dir.path().join("rootfs");
+        let lib = rootfs.join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::create_dir_all(rootfs.join("etc")).unwrap();
+        for file in [
+            "libcuda.so.999.88.77",
+            "libnvidia-ml.so.999.88.77",
+            "libc.so.6",
+            "libfoo.so.1.2",
+        ] {
+            std::fs::write(lib.join(file), b"\x7fELF").unwrap();
+        }
+        std::os::unix::fs::symlink("libfoo.so.1.2", lib.join("libfoo.so.1")).unwrap();
+        // links that lead outside resolve inside the root, to nothing
+        std::fs::write(dir.path().join("secret.so.1"), b"x").unwrap();
+        std::os::unix::fs::symlink("../../../../secret.so.1", lib.join("libup.so.1")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret.so.1"), lib.join("libabs.so.1"))
+            .unwrap();
+        std::fs::create_dir(lib.join("libdir.so.1")).unwrap();
+        let image = [
+            Entry {
+                name: "libimage.so.3".into(),
+                path: "/lib/libimage.so.3".into(),
+                flags: CacheArch::X86_64.flags(),
+                hwcap: 0,
+            },
+            Entry {
+                name: "libc.so.6".into(),
+                path: "/usr/lib/x86_64-linux-gnu/libc.so.6".into(),
+                flags: CacheArch::X86_64.flags(),
+                hwcap: 0,
+            },
+        ];
+        std::fs::write(
+            rootfs.join("etc/ld.so.cache"),
+            ldcache::write(&image).unwrap(),
+        )
+        .unwrap();
+
+        let d = "/usr/lib/x86_64-linux-gnu";
+        let links = CdiHook::from_args(
+            libnvc::cdi::hooks::LINKS_MODE,
+            &strings(&[
+                "--link",
+                &format!("libcuda.so.999.88.77::{d}/libcuda.so.1"),
+                "--link",
+                &format!("libcuda.so.1::{d}/libcuda.so"),
+                "--link",
+                &format!("libnvidia-ml.so.999.88.77::{d}/libnvidia-ml.so.1"),
+            ]),
+        )
+        .unwrap();
+        let ldcache = CdiHook::UpdateLdcache {
+            folders: vec![d.into(), "/no/such/dir".into()],
+            compat_above: None,
+        };
+        let root = ContainerRoot::open(&rootfs).unwrap();
+        apply(&links, &root).unwrap();
+        apply(&ldcache, &root).unwrap();
+        let first = std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap();
+        apply(&links, &root).unwrap();
+        apply(&ldcache, &root).unwrap();
+        assert_eq!(
+            std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap(),
+            first
+        );
+        assert_eq!(
+            std::fs::read_link(lib.join("libcuda.so.1")).unwrap(),
+            Path::new("libcuda.so.999.88.77")
+        );
+
+        let cache = ldcache::parse(&first).unwrap();
+        let mut listed: Vec<(String, String)> = cache
+            .entries
+            .iter()
+            .map(|e| (e.name.clone(), e.path.clone()))
+            .collect();
+        listed.sort();
+        let want: Vec<(String, String)> = [
+            ("libc.so.6", format!("{d}/libc.so.6")),
+            ("libcuda.so", format!("{d}/libcuda.so")),
+            ("libcuda.so.1", format!("{d}/libcuda.so.1")),
+            ("libfoo.so.1", format!("{d}/libfoo.so.1")),
+            ("libimage.so.3", "/lib/libimage.so.3".to_string()),
+            ("libnvidia-ml.so.1", format!("{d}/libnvidia-ml.so.1")),
+        ]
+        .into_iter()
+        .map(|(n, p)| (n.to_string(), p))
+        .collect();
+        assert_eq!(listed, want);
+        assert!(cache
+            .entries
+            .iter()
+            .all(|e| e.arch() == Some(CacheArch::X86_64)));
+    }
+
+    #[test]
+    fn version_parts() {
+        let cases = [
+            ("libcuda.so", Some(0)),
+            ("libcuda.so.1", Some(1)),
+            ("libcuda.so.580.65.06", Some(3)),
+            ("ld-linux-x86-64.so.2", Some(1)),
+            ("libx.so.1a", None),
+            ("libx.so.", None),
+            ("libx.so.1..2", None),
+            ("libx.sox", None),
+            ("nvidia-smi", None),
+            ("libfoo.a", None),
+            ("README.so.1", None),
+        ];
+        for (name, want) in cases {
+            assert_eq!(so_version_parts(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn rootfs_from_the_state_bundle() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"ociVersion":"1.0.2","root":{"path":"rootfs"},"process":{"env":[]}}"#,
+        )
+        .unwrap();
+        let state = serde_json::json!({"ociVersion": "1.0.2", "id": "x", "status": "creating",
+            "pid": 1, "bundle": dir.path()});
+        let rootfs = rootfs_from_state(state.to_string().as_bytes()).unwrap();
+        assert_eq!(rootfs, dir.path().join("rootfs"));
+
+        let relative = serde_json::json!({"bundle": "bundle"});
+        assert!(matches!(
+            rootfs_from_state(relative.to_string().as_bytes()),
+            Err(CdiHookError::RelativeBundle(_))
+        ));
+        assert!(matches!(
+            rootfs_from_state(b"{}"),
+            Err(CdiHookError::State(_))
+        ));
+    }
+}
