@@ -1,12 +1,11 @@
-//! The hook's one job, end to end: state → spec → request → driver → container.
+//! The hook's one job, end to end: the state on stdin names the bundle; the plan
+//! (`libnvc::plan`, stage `Hook`) says what the container gets; nvc-host sets it up.
 
 use std::path::PathBuf;
 
-use libnvc::discover::{discover, DriverRoots};
-use libnvc::edits;
-use libnvc::oci::{policy, spec};
-use libnvc::request::Request;
+use libnvc::plan::{ConfigSource, Plan, PlanError, Stage};
 use nvc_config::Config;
+use nvc_host::probe::RealHost;
 use nvc_host::setup::{self, Target};
 use serde::Deserialize;
 
@@ -31,24 +30,12 @@ pub enum HookError {
     /// The state names no running process.
     #[error("the container state has no process id: the hook must run as a prestart or createRuntime hook")]
     NoPid,
-    /// The bundle's config.json is unusable.
+    /// The plan stopped: the spec, the request, the driver or a requirement.
     #[error(transparent)]
-    Spec(#[from] spec::SpecError),
-    /// The configuration's request policy is invalid.
-    #[error(transparent)]
-    Policy(#[from] policy::PolicyError),
-    /// What the container asks for is invalid.
-    #[error(transparent)]
-    Request(#[from] libnvc::request::RequestError),
-    /// The driver could not be found.
-    #[error(transparent)]
-    Discover(#[from] libnvc::discover::DiscoverError),
-    /// A requirement does not hold.
-    #[error(transparent)]
-    Requirement(#[from] edits::RequirementError),
+    Plan(#[from] PlanError),
     /// Setting the container up failed.
     #[error(transparent)]
-    Apply(#[from] setup::SetupError),
+    Setup(#[from] setup::SetupError),
     /// The spec's device cgroup rules are invalid.
     #[error(transparent)]
     DeviceRules(#[from] nvc_host::devcgroup::DevCgroupError),
@@ -63,7 +50,7 @@ struct State {
 
 /// Sets the container described on stdin up.
 pub fn run() -> Result<(), HookError> {
-    let (config, _) = Config::load_from_env()?;
+    let (config, config_path) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc-hook");
     // First, before anything the container controls is read: nothing may hold the start.
     let seconds = config.hook.timeout;
@@ -83,32 +70,30 @@ pub fn run() -> Result<(), HookError> {
         return Err(HookError::NoPid);
     }
 
-    let spec = spec::read_spec(&state.bundle.join("config.json"))?;
-    let view = spec::view(&spec, &state.bundle)?;
-    let policy = policy::request_policy(&config, view.privileged)?;
-    let request = Request::from_container(
-        view.env.iter().map(String::as_str),
-        &view.annotations,
-        &policy,
-    )?;
-    if !request.wants_gpu_support() {
+    let source = ConfigSource {
+        path: &config_path,
+        from_env: false,
+    };
+    let plan = Plan::for_bundle(&state.bundle, &config, &source, &RealHost, Stage::Hook)
+        .map_err(PlanError::from)?;
+    let Some(gpu) = &plan.gpu else {
         log::debug!("{}: no GPU requested", state.bundle.display());
         return Ok(());
-    }
-    let driver = discover(
-        &DriverRoots::from_config(&config.driver),
-        &nvc_host::probe::RealHost,
-    )?;
-    edits::check_requirements(&driver, &nvc_host::probe::RealHost, &request)?;
+    };
     let target = Target {
         pid: state.pid,
-        rootfs: view.rootfs.clone(),
-        spec_devices: view.devices.iter().map(|(p, _, _)| p.clone()).collect(),
+        rootfs: plan.view.rootfs.clone(),
+        spec_devices: plan
+            .view
+            .devices
+            .iter()
+            .map(|(p, _, _)| p.clone())
+            .collect(),
         update_ldcache: config.ldconfig.update,
-        device_cgroup: Some(nvc_host::devcgroup::DeviceCgroup::from_spec(&spec)?),
-        readonly: view.readonly,
-        tmpfs_mounts: view.tmpfs_mounts.clone(),
+        device_cgroup: Some(nvc_host::devcgroup::DeviceCgroup::from_spec(&plan.spec)?),
+        readonly: plan.view.readonly,
+        tmpfs_mounts: plan.view.tmpfs_mounts.clone(),
     };
-    setup::set_up(&driver, &request, &target)?;
+    setup::set_up(&gpu.driver, &gpu.edits, &target)?;
     Ok(())
 }

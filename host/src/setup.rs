@@ -18,9 +18,8 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::{Driver, LibClass};
-use libnvc::edits::{self, ContainerEdits, ContainerLayout, EditsError, MountKind};
+use libnvc::edits::{ContainerEdits, ContainerLayout, MountKind};
 use libnvc::ldcache::{CacheArch, Entry};
-use libnvc::request::Request;
 use log::{debug, info, warn};
 
 use crate::container::{self, ContainerRoot, DetachedMount, Filesystem, FsError, MountAttrs};
@@ -52,9 +51,6 @@ pub struct Target {
 /// Why the container could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
-    /// The request cannot be met.
-    #[error(transparent)]
-    Edits(#[from] EditsError),
     /// A file-system operation on the host or in the container failed.
     #[error(transparent)]
     Fs(#[from] FsError),
@@ -66,49 +62,24 @@ pub enum SetupError {
     DevCgroup(#[from] devcgroup::DevCgroupError),
 }
 
-/// The folders for libraries in this rootfs: Debian's multiarch folder when the image
-/// has it, else `/usr/lib64` when it has that, else the multiarch folder (created).
-pub fn detect_layout(root: &ContainerRoot) -> ContainerLayout {
-    let debian = ContainerLayout::debian();
-    if root.is_dir(&debian.lib64) {
-        return debian;
-    }
-    let rh = ContainerLayout::lib64();
-    if root.is_dir(&rh.lib64) {
-        return rh;
-    }
-    debian
-}
-
-fn attrs_for(kind: MountKind) -> MountAttrs {
-    MountAttrs {
-        readonly: !matches!(kind, MountKind::Socket | MountKind::Directory),
-        nosuid: true,
-        nodev: true,
-        noexec: matches!(
-            kind,
-            MountKind::Firmware | MountKind::Config | MountKind::Socket | MountKind::Directory
-        ),
-    }
-}
-
-/// Sets the container up: mounts, nodes, links, `/proc/driver/nvidia`, ld.so.cache.
-/// Must run single-threaded (it enters another mount namespace).
+/// Sets the container up from its plan (`planned`: the edits for the default library
+/// folders, which are moved to the image's own): mounts, nodes, links,
+/// `/proc/driver/nvidia`, ld.so.cache. Returns the edits made. Must run single-threaded
+/// (it enters another mount namespace).
 pub fn set_up(
     driver: &Driver,
-    request: &Request,
+    planned: &ContainerEdits,
     target: &Target,
 ) -> Result<ContainerEdits, SetupError> {
     container::refuse_host_root(&target.rootfs)?;
     // Phase 1, host namespace: every source, as a detached mount. The host paths do not
-    // depend on the container's layout, so the default layout is enough here.
-    let planned = edits::compute(driver, request, &ContainerLayout::default())?;
+    // depend on the container's layout.
     let mut sources: BTreeMap<PathBuf, DetachedMount> = BTreeMap::new();
     for m in &planned.mounts {
         if !sources.contains_key(&m.host_path) {
             sources.insert(
                 m.host_path.clone(),
-                DetachedMount::bind(&m.host_path, attrs_for(m.kind))?,
+                DetachedMount::bind(&m.host_path, m.kind.policy().into())?,
             );
         }
     }
@@ -158,8 +129,10 @@ pub fn set_up(
     if target.readonly {
         root.set_read_only();
     }
-    let layout = detect_layout(&root);
-    let edits = edits::compute(driver, request, &layout)?;
+    let layout = ContainerLayout::of_image(|p| root.is_dir(p));
+    // The plan placed the libraries in the default folders; the image's own are known
+    // only here.
+    let edits = planned.relocated(&ContainerLayout::default(), &layout);
     debug!(
         "library folder {} in {}, paths resolved with {:?}",
         layout.lib64.display(),
@@ -195,7 +168,7 @@ pub fn set_up(
     if root.is_read_only() {
         // No link is written: each name is a mount of the file it would lead to.
         for (link, host) in link_sources(&edits) {
-            let src = DetachedMount::bind(&host, attrs_for(MountKind::Library))?;
+            let src = DetachedMount::bind(&host, MountKind::Library.policy().into())?;
             let point = root.file_mount_point(&link, 0o644)?;
             root.attach(src, &point, &link)?;
         }

@@ -39,6 +39,19 @@ impl ContainerLayout {
         }
     }
 
+    /// The folders of an image whose folders `is_dir` says exist: Debian's multiarch
+    /// folders when it has them, else `/usr/lib64` when it has that, else the multiarch
+    /// folders (created).
+    pub fn of_image(is_dir: impl Fn(&Path) -> bool) -> Self {
+        let debian = ContainerLayout::debian();
+        let rh = ContainerLayout::lib64();
+        if !is_dir(&debian.lib64) && is_dir(&rh.lib64) {
+            rh
+        } else {
+            debian
+        }
+    }
+
     /// The folders of Red Hat-like images.
     pub fn lib64() -> Self {
         ContainerLayout {
@@ -64,6 +77,52 @@ pub enum MountKind {
     Socket,
     /// A directory (the MPS pipe directory).
     Directory,
+}
+
+/// How a mount of one kind is made: the one policy behind the OCI options of the spec,
+/// the CDI spec and the hook's mount attributes. Read-only, `nosuid` and `nodev`
+/// everywhere but where the container must write (sockets, the MPS pipe folder);
+/// `noexec` where nothing is executed or mapped executable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MountPolicy {
+    /// Read-only.
+    pub readonly: bool,
+    /// No set-user-id programs.
+    pub nosuid: bool,
+    /// No device nodes.
+    pub nodev: bool,
+    /// Nothing executed or mapped executable.
+    pub noexec: bool,
+}
+
+impl MountKind {
+    /// How mounts of this kind are made.
+    pub fn policy(self) -> MountPolicy {
+        let writable = matches!(self, MountKind::Socket | MountKind::Directory);
+        MountPolicy {
+            readonly: !writable,
+            nosuid: true,
+            nodev: true,
+            noexec: !matches!(self, MountKind::Library | MountKind::Binary),
+        }
+    }
+}
+
+impl MountPolicy {
+    /// The policy as OCI bind-mount options (`ro`, `nosuid`, `nodev`, `noexec`, `bind`).
+    pub fn oci_options(self) -> Vec<String> {
+        [
+            (self.readonly, "ro"),
+            (self.nosuid, "nosuid"),
+            (self.nodev, "nodev"),
+            (self.noexec, "noexec"),
+            (true, "bind"),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, o)| o.to_string())
+        .collect()
+    }
 }
 
 /// A bind mount of a host file into the container.
@@ -112,6 +171,49 @@ impl ContainerEdits {
     /// Whether nothing is to be done.
     pub fn is_empty(&self) -> bool {
         *self == ContainerEdits::default()
+    }
+
+    /// These edits with the libraries, their links and the cache folders moved from the
+    /// folders of `from` to those of `to`: what [`compute`] with `to` gives, without
+    /// selecting the GPUs again (the hook learns the image's layout only inside it).
+    pub fn relocated(&self, from: &ContainerLayout, to: &ContainerLayout) -> ContainerEdits {
+        let moved = |path: &Path| -> Option<PathBuf> {
+            let name = path.file_name()?;
+            let parent = path.parent()?;
+            if parent == from.lib64 {
+                Some(to.lib64.join(name))
+            } else if parent == from.lib32 {
+                Some(to.lib32.join(name))
+            } else {
+                None
+            }
+        };
+        let dir = |d: &PathBuf| {
+            if *d == from.lib64 {
+                to.lib64.clone()
+            } else if *d == from.lib32 {
+                to.lib32.clone()
+            } else {
+                d.clone()
+            }
+        };
+        let mut out = self.clone();
+        for m in out
+            .mounts
+            .iter_mut()
+            .filter(|m| m.kind == MountKind::Library)
+        {
+            if let Some(p) = moved(&m.container_path) {
+                m.container_path = p;
+            }
+        }
+        for s in &mut out.symlinks {
+            if let Some(p) = moved(&s.link) {
+                s.link = p;
+            }
+        }
+        out.ldcache_dirs = out.ldcache_dirs.iter().map(dir).collect();
+        out
     }
 }
 
@@ -263,22 +365,6 @@ fn push_gpu<'a>(out: &mut Selected<'a>, gpu: &'a Gpu) {
     }
 }
 
-fn opts(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
-}
-
-/// Mount options of each kind: read-only, nosuid, nodev everywhere; noexec where
-/// nothing is executed or mapped executable.
-fn mount_options(kind: MountKind) -> Vec<String> {
-    match kind {
-        MountKind::Library | MountKind::Binary => opts(&["ro", "nosuid", "nodev", "bind"]),
-        MountKind::Firmware | MountKind::Config => {
-            opts(&["ro", "nosuid", "nodev", "noexec", "bind"])
-        }
-        MountKind::Socket | MountKind::Directory => opts(&["nosuid", "nodev", "noexec", "bind"]),
-    }
-}
-
 /// The edits for `request` on this `driver`, with libraries placed per `layout`.
 /// A request that does not ask for GPU support gives empty edits.
 pub fn compute(
@@ -286,12 +372,25 @@ pub fn compute(
     request: &Request,
     layout: &ContainerLayout,
 ) -> Result<ContainerEdits, EditsError> {
+    if !request.wants_gpu_support() {
+        return Ok(ContainerEdits::default());
+    }
+    let selected = select(driver, &request.devices, "NVIDIA_VISIBLE_DEVICES")?;
+    build(driver, request, &selected, layout)
+}
+
+/// The edits for `request` with its GPUs already [`select`]ed.
+pub fn build(
+    driver: &Driver,
+    request: &Request,
+    selected: &Selected<'_>,
+    layout: &ContainerLayout,
+) -> Result<ContainerEdits, EditsError> {
     let mut edits = ContainerEdits::default();
     if !request.wants_gpu_support() {
         return Ok(edits);
     }
     let caps = request.capabilities;
-    let selected = select(driver, &request.devices, "NVIDIA_VISIBLE_DEVICES")?;
 
     // Device nodes: the control nodes, then each selected GPU and MIG device.
     let wants_modeset = caps.contains(Capability::Graphics) || caps.contains(Capability::Display);
@@ -381,7 +480,7 @@ pub fn compute(
                 host_path: file.host_path.clone(),
                 container_path: file.container_path.clone(),
                 kind,
-                options: mount_options(kind),
+                options: kind.policy().oci_options(),
             });
         }
     }
@@ -419,7 +518,7 @@ fn add_libraries(
                 host_path: lib.host_path.clone(),
                 container_path: dir.join(&lib.file_name),
                 kind: MountKind::Library,
-                options: mount_options(MountKind::Library),
+                options: MountKind::Library.policy().oci_options(),
             });
             if lib.soname != lib.file_name {
                 edits.symlinks.push(Symlink {
@@ -519,11 +618,23 @@ pub fn check_requirements(
         return Ok(());
     }
     let selected = select(driver, &request.devices, "NVIDIA_VISIBLE_DEVICES")?;
+    Ok(check_selected(driver, probe, request, &selected)?)
+}
+
+/// [`check_requirements`] for GPUs already [`select`]ed.
+pub fn check_selected(
+    driver: &Driver,
+    probe: &dyn HostProbe,
+    request: &Request,
+    selected: &Selected<'_>,
+) -> Result<(), require::Unmet> {
+    if !request.check_requirements || request.requirements.is_empty() {
+        return Ok(());
+    }
     require::check(
         &request.requirements,
-        &HostFacts::new(driver, probe, &selected),
-    )?;
-    Ok(())
+        &HostFacts::new(driver, probe, selected),
+    )
 }
 
 /// A failed requirement check.
@@ -535,4 +646,113 @@ pub enum RequirementError {
     /// A requirement does not hold.
     #[error(transparent)]
     Unmet(#[from] require::Unmet),
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::discover::{DriverRoots, Library};
+    use crate::request::RequestPolicy;
+
+    fn library(stem: &str, class: LibClass, cap: Capability) -> Library {
+        let dir = match class {
+            LibClass::Lib64 => "/usr/lib/x86_64-linux-gnu",
+            LibClass::Lib32 => "/usr/lib/i386-linux-gnu",
+        };
+        Library {
+            capabilities: vec![cap],
+            class,
+            stem: stem.to_string(),
+            soname: format!("{stem}.so.1"),
+            host_path: PathBuf::from(format!("{dir}/{stem}.so.999.88.77")),
+            file_name: format!("{stem}.so.999.88.77"),
+        }
+    }
+
+    fn driver() -> Driver {
+        Driver {
+            roots: DriverRoots {
+                root: "/".into(),
+                dev_root: "/".into(),
+                proc_root: "/proc".into(),
+            },
+            version: "999.88.77".into(),
+            gpus: Vec::new(),
+            libraries: vec![
+                library("libcuda", LibClass::Lib64, Capability::Compute),
+                library("libnvidia-ml", LibClass::Lib64, Capability::Utility),
+                library("libcuda", LibClass::Lib32, Capability::Compute),
+            ],
+            binaries: Vec::new(),
+            firmware: Vec::new(),
+            files: Vec::new(),
+            ipc: Vec::new(),
+            control_nodes: Vec::new(),
+            mig_config: None,
+            mig_monitor: None,
+            imex_channels: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn relocating_equals_computing_for_the_other_layout() {
+        let request = Request::from_env(
+            [
+                "NVIDIA_VISIBLE_DEVICES=void",
+                "NVIDIA_VISIBLE_DEVICES=none",
+                "NVIDIA_DRIVER_CAPABILITIES=compute,utility,compat32",
+            ],
+            &RequestPolicy::default(),
+        )
+        .unwrap();
+        let d = driver();
+        let debian = compute(&d, &request, &ContainerLayout::debian()).unwrap();
+        assert_eq!(debian.ldcache_dirs.len(), 2, "{debian:#?}");
+        for (from, to) in [
+            (ContainerLayout::debian(), ContainerLayout::lib64()),
+            (ContainerLayout::lib64(), ContainerLayout::debian()),
+        ] {
+            let planned = compute(&d, &request, &from).unwrap();
+            assert_eq!(
+                planned.relocated(&from, &to),
+                compute(&d, &request, &to).unwrap()
+            );
+            assert_eq!(planned.relocated(&from, &from), planned);
+        }
+    }
+
+    #[test]
+    fn one_mount_policy_for_spec_options_and_mount_attributes() {
+        let cases = [
+            (MountKind::Library, "ro,nosuid,nodev,bind"),
+            (MountKind::Binary, "ro,nosuid,nodev,bind"),
+            (MountKind::Firmware, "ro,nosuid,nodev,noexec,bind"),
+            (MountKind::Config, "ro,nosuid,nodev,noexec,bind"),
+            (MountKind::Socket, "nosuid,nodev,noexec,bind"),
+            (MountKind::Directory, "nosuid,nodev,noexec,bind"),
+        ];
+        for (kind, options) in cases {
+            assert_eq!(kind.policy().oci_options().join(","), options, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn the_image_layout_follows_its_folders() {
+        let has =
+            |dirs: &'static [&'static str]| move |p: &Path| dirs.iter().any(|d| Path::new(d) == p);
+        assert_eq!(
+            ContainerLayout::of_image(has(&[])),
+            ContainerLayout::debian()
+        );
+        assert_eq!(
+            ContainerLayout::of_image(has(&["/usr/lib64"])),
+            ContainerLayout::lib64()
+        );
+        assert_eq!(
+            ContainerLayout::of_image(has(&["/usr/lib64", "/usr/lib/x86_64-linux-gnu"])),
+            ContainerLayout::debian()
+        );
+    }
 }

@@ -18,8 +18,8 @@ use std::process::ExitCode;
 use libnvc::oci::runc_args::{self, RuncArgs};
 use nvc_config::Config;
 
-use crate::bundle::ConfigSource;
 use crate::error::ShimError;
+use libnvc::plan::ConfigSource;
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();

@@ -1,17 +1,20 @@
 //! `nvc check --bundle DIR`: what the container of one OCI bundle would receive, and
-//! why, following the steps nvc-runtime and nvc-hook take, in their order; the first
-//! that fails is the error the container would fail with.
+//! why. It renders the one plan nvc-runtime and nvc-hook follow (`libnvc::plan`, stage
+//! `Check`), step by step; the first that fails is the error the container would fail
+//! with, as the program that fails prints it.
 
 use std::path::{Path, PathBuf};
 
-use libnvc::discover::{self, rootfs, DriverRoots};
-use libnvc::edits::{self, ContainerEdits, ContainerLayout};
-use libnvc::oci::spec::{self, HookEntry};
+use libnvc::discover::Driver;
+use libnvc::edits::{ContainerEdits, ContainerLayout};
+use libnvc::oci::spec::SpecView;
+use libnvc::plan::{ConfigSource, HookPlan, Plan, Stage, Step, Stopped};
 use libnvc::report::error_chain;
 use libnvc::request::{
     ChannelSelection, DeviceId, DeviceSelection, Request, CDI_ANNOTATION_PREFIX,
     DRIVER_CAPABILITIES, VISIBLE_DEVICES,
 };
+use nvc_host::probe::RealHost;
 use serde::Serialize;
 
 use super::{host, render_rows, render_table, show, Probe, Row, Status};
@@ -142,23 +145,6 @@ fn why_env_asks_for_nothing(env: &[String], ignored: bool) -> String {
     }
 }
 
-/// The library folders of the image: Debian's multiarch folder, else `/usr/lib64`, as
-/// the hook picks them (resolved inside the rootfs, links and all).
-fn layout_of(rootfs_dir: &Path) -> ContainerLayout {
-    let is_dir = |p: &Path| {
-        rootfs::resolve_in_root(&nvc_host::probe::RealHost, rootfs_dir, p)
-            .ok()
-            .is_some_and(|h| h.is_dir())
-    };
-    let debian = ContainerLayout::debian();
-    let rh = ContainerLayout::lib64();
-    if !is_dir(&debian.lib64) && is_dir(&rh.lib64) {
-        rh
-    } else {
-        debian
-    }
-}
-
 impl BundleReport {
     fn new(bundle: &Path) -> Self {
         BundleReport {
@@ -180,7 +166,63 @@ impl BundleReport {
     }
 }
 
-/// Follows the shim's and the hook's steps for the bundle at `dir`.
+/// What the plan had done when it finished or stopped.
+struct Seen {
+    view: Option<SpecView>,
+    request: Option<Request>,
+    driver: Option<Driver>,
+    edits: Option<ContainerEdits>,
+    layout: Option<ContainerLayout>,
+    hook: Option<HookPlan>,
+    requirements_checked: bool,
+}
+
+impl Seen {
+    fn of(outcome: &Result<Plan, Stopped>) -> Seen {
+        match outcome {
+            Ok(plan) => Seen {
+                view: Some(plan.view.clone()),
+                request: Some(plan.request.clone()),
+                driver: plan.gpu.as_ref().map(|g| g.driver.clone()),
+                edits: plan.gpu.as_ref().map(|g| g.edits.clone()),
+                layout: plan.gpu.as_ref().map(|g| g.layout.clone()),
+                hook: plan.gpu.as_ref().and_then(|g| g.hook.clone()),
+                requirements_checked: plan.gpu.as_ref().is_some_and(|g| g.requirements_checked),
+            },
+            Err(stopped) => {
+                let p = &stopped.progress;
+                Seen {
+                    view: p.view.clone(),
+                    request: p.request.clone(),
+                    driver: p.driver.clone(),
+                    edits: p.edits.clone(),
+                    layout: p.layout.clone(),
+                    hook: p.hook.clone(),
+                    requirements_checked: false,
+                }
+            }
+        }
+    }
+}
+
+/// What to do about a step that failed.
+fn fix_for(step: Step) -> &'static str {
+    match step {
+        Step::Spec => "give the bundle a valid OCI config.json (`runc spec` writes one)",
+        Step::Rootfs => "",
+        Step::Policy => "fix [requests] in the nvc config",
+        Step::Request => {
+            "fix the container's NVIDIA_* variables (see README: What a container asks for)"
+        }
+        Step::Driver => "see `nvc check` without --bundle",
+        Step::Edits => "ask only for GPUs this host has (see `nvc info`)",
+        Step::Hook => "install nvc-hook there or set [hook] path in the nvc config",
+        Step::Requirements => "run it on a host that meets them, or set NVIDIA_DISABLE_REQUIRE=1",
+    }
+}
+
+/// Renders the plan `nvc-runtime` and `nvc-hook` follow for the bundle at `dir`
+/// (`libnvc::plan`, stage `Check`): a row per step, up to the first that fails.
 pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
     let mut report = BundleReport::new(dir);
     let (row, config) = host::config(&probe.config_path);
@@ -202,34 +244,155 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
     }
     report.steps.push(row);
 
+    let source = ConfigSource {
+        path: &probe.config_path,
+        from_env: false,
+    };
+    let outcome = Plan::for_bundle(dir, &config, &source, &RealHost, Stage::Check);
+    let seen = Seen::of(&outcome);
+    let stopped = outcome.as_ref().err();
+    let fail = |report: BundleReport, stopped: &Stopped, row: Option<Row>| {
+        let step = stopped.error.step();
+        let e = error_chain(&stopped.error);
+        let fix = match (step, seen.request.is_some()) {
+            (Step::Rootfs, false) => {
+                "remove the link from the image: /dev is a tmpfs the runtime makes"
+            }
+            (Step::Rootfs, true) => "give the bundle a root.path of its own",
+            (step, _) => fix_for(step),
+        };
+        let row = row.unwrap_or_else(|| Row::fail(step.name(), e.clone(), fix));
+        report.fail(row, step.program(), e)
+    };
+
+    // The spec, and what nvc-runtime refuses of any rootfs.
+    let Some(view) = &seen.view else {
+        return match stopped {
+            Some(s) => fail(report, s, None),
+            None => report,
+        };
+    };
     let spec_path = dir.join("config.json");
-    let fix_spec = "give the bundle a valid OCI config.json (`runc spec` writes one)";
-    let spec = match spec::read_spec(&spec_path) {
-        Ok(s) => s,
-        Err(e) => {
-            let e = error_chain(&e);
-            return report.fail(Row::fail("spec", e.clone(), fix_spec), "nvc-runtime", e);
-        }
+    let Some(request) = &seen.request else {
+        return match stopped {
+            Some(s) if s.error.step() == Step::Rootfs => fail(report, s, None),
+            Some(s) => {
+                report.steps.push(spec_row(&spec_path, view));
+                // The config check above has already refused a policy that does not parse.
+                if s.error.step() == Step::Policy {
+                    report
+                } else {
+                    fail(report, s, None)
+                }
+            }
+            None => report,
+        };
     };
-    let view = match spec::view(&spec, dir) {
-        Ok(v) => v,
-        Err(e) => {
-            let e = format!("invalid OCI spec {}: {}", show(&spec_path), error_chain(&e));
-            return report.fail(Row::fail("spec", e.clone(), fix_spec), "nvc-runtime", e);
-        }
-    };
-    // What nvc-runtime refuses before anything else, for any container.
-    if let Err(e) = libnvc::oci::rootfs::refuse_linked_dev(&nvc_host::probe::RealHost, &view.rootfs)
-    {
-        let e = error_chain(&e);
-        let fix = "remove the link from the image: /dev is a tmpfs the runtime makes";
-        return report.fail(Row::fail("rootfs", e.clone(), fix), "nvc-runtime", e);
+    report.steps.push(spec_row(&spec_path, view));
+    let (row, summary) = request_row(view, request);
+    report.steps.push(row);
+    report.request = Some(summary);
+
+    if !request.wants_gpu_support() {
+        let annotated = view
+            .annotations
+            .keys()
+            .any(|k| k.starts_with(CDI_ANNOTATION_PREFIX));
+        let why = why_not_requested(
+            &view.env,
+            annotated,
+            view.privileged,
+            config.requests.accept_envvar_when_unprivileged,
+        );
+        report.steps.push(Row::info(
+            "GPU support",
+            format!("not requested: {why}; nvc leaves the container untouched"),
+        ));
+        report.would_start = true;
+        return report;
     }
+    if let Some(s) = stopped.filter(|s| s.error.step() == Step::Rootfs) {
+        return fail(report, s, None);
+    }
+    report.gpu_support = true;
+
+    let Some(driver) = &seen.driver else {
+        return match stopped {
+            Some(s) => fail(report, s, None),
+            None => report,
+        };
+    };
     report.steps.push(Row::ok(
+        "driver",
+        format!(
+            "{}, {} GPU{}",
+            driver.version,
+            driver.gpus.len(),
+            if driver.gpus.len() == 1 { "" } else { "s" }
+        ),
+    ));
+
+    let (Some(edits), Some(layout)) = (&seen.edits, &seen.layout) else {
+        return match stopped {
+            Some(s) => fail(report, s, None),
+            None => report,
+        };
+    };
+    report.steps.push(Row::ok(
+        "edits",
+        format!(
+            "{} device nodes, {} mounts, {} links; libraries in {}",
+            edits.device_nodes.len(),
+            edits.mounts.len(),
+            edits.symlinks.len(),
+            show(&layout.lib64)
+        ),
+    ));
+    report.edits = Some(edits.clone());
+
+    match &seen.hook {
+        Some(hook) if hook.in_spec => report
+            .steps
+            .push(Row::ok("hook", "the spec already has a driver hook")),
+        Some(_) => report.steps.push(host::hook(&config, probe)),
+        None => {
+            return match stopped {
+                // The hook's own check says what is wrong with the file.
+                Some(s) => {
+                    let row = host::hook(&config, probe);
+                    fail(report, s, Some(row))
+                }
+                None => report,
+            };
+        }
+    }
+
+    if let Some(s) = stopped {
+        return fail(report, s, None);
+    }
+    let row = if !request.check_requirements {
+        Row::ok("requirements", "not checked (disabled)")
+    } else if !seen.requirements_checked {
+        Row::ok("requirements", "none")
+    } else {
+        let reqs: Vec<String> = request
+            .requirements
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        Row::ok("requirements", format!("met: {}", reqs.join(" ")))
+    };
+    report.steps.push(row);
+    report.would_start = true;
+    report
+}
+
+fn spec_row(spec_path: &Path, view: &SpecView) -> Row {
+    Row::ok(
         "spec",
         format!(
             "{}: rootfs {}, {}",
-            show(&spec_path),
+            show(spec_path),
             show(&view.rootfs),
             if view.privileged {
                 "privileged (CAP_SYS_ADMIN)"
@@ -237,12 +400,11 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
                 "unprivileged"
             }
         ),
-    ));
+    )
+}
 
-    // The config check above has already refused a policy that does not parse.
-    let Ok(policy) = libnvc::oci::request_policy(&config, view.privileged) else {
-        return report;
-    };
+/// The request's row, and the request in words.
+fn request_row(view: &SpecView, request: &Request) -> (Row, RequestSummary) {
     // What the request is read from: the variables, and the annotations that name CDI
     // devices (Kubernetes device plugins, CDI-aware engines).
     let variables: Vec<String> = view
@@ -257,28 +419,6 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
                 .map(|(k, v)| format!("annotation {k}={v}")),
         )
         .collect();
-    let request = match Request::from_container(
-        view.env.iter().map(String::as_str),
-        &view.annotations,
-        &policy,
-    ) {
-        Ok(r) => r,
-        Err(e) => {
-            let e = format!(
-                "invalid GPU request in the container's environment: {}",
-                error_chain(&e)
-            );
-            return report.fail(
-                Row::fail(
-                    "request",
-                    e.clone(),
-                    "fix the container's NVIDIA_* variables (see README: What a container asks for)",
-                ),
-                "nvc-runtime",
-                e,
-            );
-        }
-    };
     let caps_note = if env_value(&view.env, DRIVER_CAPABILITIES).is_some_and(|v| !v.is_empty()) {
         ""
     } else {
@@ -315,145 +455,7 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
     } else {
         detail.push_str(&format!(" (from {})", variables.join(" ")));
     }
-    report.steps.push(Row::ok("request", detail));
-    report.request = Some(summary);
-
-    if !request.wants_gpu_support() {
-        let annotated = view
-            .annotations
-            .keys()
-            .any(|k| k.starts_with(CDI_ANNOTATION_PREFIX));
-        let why = why_not_requested(
-            &view.env,
-            annotated,
-            view.privileged,
-            config.requests.accept_envvar_when_unprivileged,
-        );
-        report.steps.push(Row::info(
-            "GPU support",
-            format!("not requested: {why}; nvc leaves the container untouched"),
-        ));
-        report.would_start = true;
-        return report;
-    }
-    if let Err(e) =
-        libnvc::oci::rootfs::refuse_host_root(&nvc_host::probe::RealHost, &view.rootfs, &spec_path)
-    {
-        let e = error_chain(&e);
-        let fix = "give the bundle a root.path of its own";
-        return report.fail(Row::fail("rootfs", e.clone(), fix), "nvc-runtime", e);
-    }
-    report.gpu_support = true;
-
-    let driver = match discover::discover(
-        &DriverRoots::from_config(&config.driver),
-        &nvc_host::probe::RealHost,
-    ) {
-        Ok(d) => d,
-        Err(e) => {
-            let e = error_chain(&e);
-            return report.fail(
-                Row::fail("driver", e.clone(), "see `nvc check` without --bundle"),
-                "nvc-runtime",
-                e,
-            );
-        }
-    };
-    report.steps.push(Row::ok(
-        "driver",
-        format!(
-            "{}, {} GPU{}",
-            driver.version,
-            driver.gpus.len(),
-            if driver.gpus.len() == 1 { "" } else { "s" }
-        ),
-    ));
-
-    let layout = layout_of(&view.rootfs);
-    let edits = match edits::compute(&driver, &request, &layout) {
-        Ok(e) => e,
-        Err(e) => {
-            let e = error_chain(&e);
-            return report.fail(
-                Row::fail(
-                    "edits",
-                    e.clone(),
-                    "ask only for GPUs this host has (see `nvc info`)",
-                ),
-                "nvc-runtime",
-                e,
-            );
-        }
-    };
-    report.steps.push(Row::ok(
-        "edits",
-        format!(
-            "{} device nodes, {} mounts, {} links; libraries in {}",
-            edits.device_nodes.len(),
-            edits.mounts.len(),
-            edits.symlinks.len(),
-            show(&layout.lib64)
-        ),
-    ));
-    report.edits = Some(edits);
-
-    let entry = HookEntry {
-        path: config.hook.path.clone(),
-        args: vec!["nvc-hook".into(), "prestart".into()],
-        env: Vec::new(),
-        timeout: Some(config.hook.runtime_timeout()),
-    };
-    if spec::has_driver_hook(&spec, &entry).unwrap_or(false) {
-        report
-            .steps
-            .push(Row::ok("hook", "the spec already has a driver hook"));
-    } else {
-        let row = host::hook(&config, probe);
-        if row.status == Status::Fail {
-            let e = format!(
-                "the hook {} is not an executable file: install nvc-hook there or set [hook] path in {}",
-                show(&config.hook.path),
-                show(&probe.config_path)
-            );
-            return report.fail(row, "nvc-runtime", e);
-        }
-        report.steps.push(row);
-    }
-
-    if !request.check_requirements {
-        report
-            .steps
-            .push(Row::ok("requirements", "not checked (disabled)"));
-    } else if request.requirements.is_empty() {
-        report.steps.push(Row::ok("requirements", "none"));
-    } else {
-        match edits::check_requirements(&driver, &nvc_host::probe::RealHost, &request) {
-            Ok(()) => {
-                let reqs: Vec<String> = request
-                    .requirements
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect();
-                report
-                    .steps
-                    .push(Row::ok("requirements", format!("met: {}", reqs.join(" "))));
-            }
-            Err(e) => {
-                let e = error_chain(&e);
-                return report.fail(
-                    Row::fail(
-                        "requirements",
-                        e.clone(),
-                        "run it on a host that meets them, or set NVIDIA_DISABLE_REQUIRE=1",
-                    ),
-                    "nvc-hook",
-                    e,
-                );
-            }
-        }
-    }
-    report.would_start = true;
-    report
+    (Row::ok("request", detail), summary)
 }
 
 /// The report as text: the steps, the edits like `nvc list`, the verdict.

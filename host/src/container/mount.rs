@@ -26,6 +26,17 @@ pub struct MountAttrs {
     pub noexec: bool,
 }
 
+impl From<libnvc::edits::MountPolicy> for MountAttrs {
+    fn from(p: libnvc::edits::MountPolicy) -> Self {
+        MountAttrs {
+            readonly: p.readonly,
+            nosuid: p.nosuid,
+            nodev: p.nodev,
+            noexec: p.noexec,
+        }
+    }
+}
+
 impl MountAttrs {
     fn bits(self) -> u64 {
         let mut bits = 0;

@@ -1,0 +1,406 @@
+//! The one pipeline of a container start: bundle → spec → request → driver → edits.
+//!
+//! [`Plan::for_bundle`] runs it once, for one [`Stage`], through a [`HostProbe`]; what
+//! it does not do is an effect. The runtime shim writes the plan's device nodes and hook
+//! into the spec, the prestart hook sets the container up from the plan (nvc-host's
+//! `setup`), and `nvc check --bundle` renders the plan, or the step it stopped at, as the
+//! rows of its report. None of them runs a step of its own.
+//!
+//! | step | [`Stage::Runtime`] | [`Stage::Hook`] | [`Stage::Check`] |
+//! | --- | --- | --- | --- |
+//! | read and view the spec | yes | yes | yes |
+//! | refuse a linked `/dev` (any container) | yes | | yes |
+//! | the request (policy, environment, annotations) | yes | yes | yes |
+//! | refuse a rootfs that is the host's `/` (GPU containers) | yes | (nvc-host, by fd) | yes |
+//! | discover the driver | devices | all | all |
+//! | select the GPUs, edits | default layout | default layout | the image's layout |
+//! | the prestart hook entry, and that it exists | yes | | yes |
+//! | the requirements (`NVIDIA_REQUIRE_*`) | | yes | yes |
+
+use std::path::{Path, PathBuf};
+
+use nvc_config::Config;
+use serde_json::Value;
+
+use crate::discover::rootfs::resolve_in_root;
+use crate::discover::{self, DiscoverError, Driver, DriverRoots, Scope};
+use crate::edits::{self, ContainerEdits, ContainerLayout, EditsError};
+use crate::oci::rootfs::{self, RootfsError};
+use crate::oci::spec::{self, HookEntry, SpecError, SpecView};
+use crate::oci::{request_policy, PolicyError};
+use crate::probe::{FileKind, HostProbe};
+use crate::request::{Request, RequestError};
+use crate::require::Unmet;
+
+/// The hook's whole environment: a fixed PATH, nothing from the container.
+pub const HOOK_PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Who runs the plan, which decides its steps (see the module's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// `nvc-runtime create`: the spec gets device nodes and the hook.
+    Runtime,
+    /// `nvc-hook prestart`: the container gets the driver's files.
+    Hook,
+    /// `nvc check --bundle`: both, without acting.
+    Check,
+}
+
+/// A step of the plan, named where it stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Reading the bundle's config.json.
+    Spec,
+    /// What the rootfs must not be.
+    Rootfs,
+    /// The request policy of the nvc config.
+    Policy,
+    /// The container's request.
+    Request,
+    /// Discovering the driver.
+    Driver,
+    /// Selecting the GPUs and computing the edits.
+    Edits,
+    /// The prestart hook.
+    Hook,
+    /// The request's requirements.
+    Requirements,
+}
+
+impl Step {
+    /// The step's name in `nvc check`'s report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Spec => "spec",
+            Step::Rootfs => "rootfs",
+            Step::Policy => "config",
+            Step::Request => "request",
+            Step::Driver => "driver",
+            Step::Edits => "edits",
+            Step::Hook => "hook",
+            Step::Requirements => "requirements",
+        }
+    }
+
+    /// The program whose failure the step is when the container starts: the shim's
+    /// steps fail `nvc-runtime`, the requirements fail `nvc-hook`.
+    pub fn program(self) -> &'static str {
+        match self {
+            Step::Requirements => "nvc-hook",
+            _ => "nvc-runtime",
+        }
+    }
+}
+
+/// Why a plan stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The spec could not be read.
+    #[error(transparent)]
+    SpecFile(SpecError),
+    /// The spec does not have the shape of an OCI spec.
+    #[error("invalid OCI spec {path}")]
+    BadSpec {
+        /// The spec file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: SpecError,
+    },
+    /// The rootfs is one the runtime must not be given.
+    #[error(transparent)]
+    Rootfs(#[from] RootfsError),
+    /// The config's `[requests]` section is invalid.
+    #[error("invalid config file {path}")]
+    Policy {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong.
+        #[source]
+        source: PolicyError,
+    },
+    /// The container's `NVIDIA_*` variables (or CDI annotations) are invalid.
+    #[error("invalid GPU request in the container's environment")]
+    Request(#[source] RequestError),
+    /// The driver could not be read.
+    #[error(transparent)]
+    Discover(#[from] DiscoverError),
+    /// The request cannot be met on this host.
+    #[error(transparent)]
+    Edits(#[from] EditsError),
+    /// The configured hook is missing.
+    #[error(
+        "the hook {path} is not an executable file: install nvc-hook there or set [hook] path \
+         in {config}"
+    )]
+    Hook {
+        /// The configured hook path.
+        path: PathBuf,
+        /// The config file.
+        config: PathBuf,
+    },
+    /// A requirement does not hold.
+    #[error(transparent)]
+    Requirement(#[from] Unmet),
+}
+
+impl PlanError {
+    /// The step that failed.
+    pub fn step(&self) -> Step {
+        match self {
+            PlanError::SpecFile(_) | PlanError::BadSpec { .. } => Step::Spec,
+            PlanError::Rootfs(_) => Step::Rootfs,
+            PlanError::Policy { .. } => Step::Policy,
+            PlanError::Request(_) => Step::Request,
+            PlanError::Discover(_) => Step::Driver,
+            PlanError::Edits(_) => Step::Edits,
+            PlanError::Hook { .. } => Step::Hook,
+            PlanError::Requirement(_) => Step::Requirements,
+        }
+    }
+}
+
+/// Where the nvc config came from: the hook entry passes it on.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigSource<'a> {
+    /// The config file read (or the default path, when none was there).
+    pub path: &'a Path,
+    /// Whether `NVC_CONFIG` named it; the hook is then told the same file.
+    pub from_env: bool,
+}
+
+/// The prestart hook entry for `config`.
+pub fn hook_entry(config: &Config, source: &ConfigSource) -> HookEntry {
+    let mut env = vec![HOOK_PATH_ENV.to_string()];
+    if source.from_env {
+        // runc does not promise the hook's working directory: pass an absolute path.
+        let path = std::path::absolute(source.path).unwrap_or_else(|_| source.path.to_path_buf());
+        env.push(format!("{}={}", nvc_config::CONFIG_ENV, path.display()));
+    }
+    HookEntry {
+        path: config.hook.path.clone(),
+        args: vec!["nvc-hook".into(), "prestart".into()],
+        env,
+        // runc kills a hook that outlives this; the hook's own deadline (`timeout`)
+        // comes first, so the kill only ends a hook that deadline did not.
+        timeout: Some(config.hook.runtime_timeout()),
+    }
+}
+
+/// What a container gets, as far as the plan's stage goes.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The bundle's config.json.
+    pub spec_path: PathBuf,
+    /// The spec, as read.
+    pub spec: Value,
+    /// What nvc reads of it.
+    pub view: SpecView,
+    /// What the container asks for.
+    pub request: Request,
+    /// The GPU part; `None` when the container asks for no GPU support (it is then left
+    /// untouched).
+    pub gpu: Option<GpuPlan>,
+}
+
+/// The GPU part of a plan.
+#[derive(Debug, Clone)]
+pub struct GpuPlan {
+    /// The driver (for [`Stage::Runtime`], its devices only).
+    pub driver: Driver,
+    /// The library folders the edits use.
+    pub layout: ContainerLayout,
+    /// The edits.
+    pub edits: ContainerEdits,
+    /// The prestart hook entry ([`Stage::Runtime`] and [`Stage::Check`]).
+    pub hook: Option<HookPlan>,
+    /// Whether the requirements were checked (false: none, disabled, or not this stage).
+    pub requirements_checked: bool,
+}
+
+/// The prestart hook of a plan.
+#[derive(Debug, Clone)]
+pub struct HookPlan {
+    /// The entry the spec gets.
+    pub entry: HookEntry,
+    /// The spec already has a hook that does the job: none is added.
+    pub in_spec: bool,
+}
+
+/// How far a plan got before it stopped: what `nvc check` shows of the steps that
+/// passed.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// The spec's view, once read.
+    pub view: Option<SpecView>,
+    /// The request, once read.
+    pub request: Option<Request>,
+    /// The driver, once discovered.
+    pub driver: Option<Driver>,
+    /// The edits, once computed.
+    pub edits: Option<ContainerEdits>,
+    /// The layout of the edits.
+    pub layout: Option<ContainerLayout>,
+    /// The hook, once checked.
+    pub hook: Option<HookPlan>,
+}
+
+/// A plan that stopped at a step.
+#[derive(Debug)]
+pub struct Stopped {
+    /// Why.
+    pub error: PlanError,
+    /// What was done before.
+    pub progress: Box<Progress>,
+}
+
+impl From<Stopped> for PlanError {
+    fn from(s: Stopped) -> PlanError {
+        s.error
+    }
+}
+
+impl Plan {
+    /// Runs the pipeline for the bundle at `bundle` under `config` (read from
+    /// `source`), reading the host and the bundle through `probe`.
+    pub fn for_bundle(
+        bundle: &Path,
+        config: &Config,
+        source: &ConfigSource,
+        probe: &dyn HostProbe,
+        stage: Stage,
+    ) -> Result<Plan, Stopped> {
+        let mut progress = Progress::default();
+        match plan(bundle, config, source, probe, stage, &mut progress) {
+            Ok(plan) => Ok(plan),
+            Err(error) => Err(Stopped {
+                error,
+                progress: Box::new(progress),
+            }),
+        }
+    }
+}
+
+fn plan(
+    bundle: &Path,
+    config: &Config,
+    source: &ConfigSource,
+    probe: &dyn HostProbe,
+    stage: Stage,
+    progress: &mut Progress,
+) -> Result<Plan, PlanError> {
+    let spec_path = bundle.join("config.json");
+    let spec = spec::read_spec(&spec_path).map_err(PlanError::SpecFile)?;
+    let view = spec::view(&spec, bundle).map_err(|source| PlanError::BadSpec {
+        path: spec_path.clone(),
+        source,
+    })?;
+    progress.view = Some(view.clone());
+    if stage != Stage::Hook {
+        rootfs::refuse_linked_dev(probe, &view.rootfs)?;
+    }
+    let policy = request_policy(config, view.privileged).map_err(|e| PlanError::Policy {
+        path: source.path.to_path_buf(),
+        source: e,
+    })?;
+    // The environment, or the `cdi.k8s.io/` annotations naming `nvidia.com/gpu` devices.
+    let request = Request::from_container(
+        view.env.iter().map(String::as_str),
+        &view.annotations,
+        &policy,
+    )
+    .map_err(PlanError::Request)?;
+    progress.request = Some(request.clone());
+    if !request.wants_gpu_support() {
+        return Ok(Plan {
+            spec_path,
+            spec,
+            view,
+            request,
+            gpu: None,
+        });
+    }
+    if stage != Stage::Hook {
+        rootfs::refuse_host_root(probe, &view.rootfs, &spec_path)?;
+    }
+    let scope = match stage {
+        // Only the GPUs and their nodes: the files are the hook's business.
+        Stage::Runtime => Scope::Devices,
+        Stage::Hook | Stage::Check => Scope::Full,
+    };
+    let roots = DriverRoots::from_config(&config.driver);
+    let driver = discover::discover_scope(&roots, probe, scope)?;
+    progress.driver = Some(driver.clone());
+    let layout = match stage {
+        // The hook learns the image's folders inside the container (nvc-host relocates
+        // the edits there); the spec gets no library.
+        Stage::Runtime | Stage::Hook => ContainerLayout::default(),
+        Stage::Check => image_layout(probe, &view.rootfs),
+    };
+    // The GPUs are selected once, for the edits and the requirements alike.
+    let selected = edits::select(&driver, &request.devices, "NVIDIA_VISIBLE_DEVICES")?;
+    let edits = edits::build(&driver, &request, &selected, &layout)?;
+    progress.edits = Some(edits.clone());
+    progress.layout = Some(layout.clone());
+    let hook = match stage {
+        Stage::Hook => None,
+        Stage::Runtime | Stage::Check => {
+            let entry = hook_entry(config, source);
+            let in_spec =
+                spec::has_driver_hook(&spec, &entry).map_err(|source| PlanError::BadSpec {
+                    path: spec_path.clone(),
+                    source,
+                })?;
+            // runc runs the hook by absolute path; anything else fails late and obscurely.
+            if !in_spec && !is_executable(probe, &entry.path) {
+                return Err(PlanError::Hook {
+                    path: entry.path,
+                    config: source.path.to_path_buf(),
+                });
+            }
+            let hook = HookPlan { entry, in_spec };
+            progress.hook = Some(hook.clone());
+            Some(hook)
+        }
+    };
+    let requirements_checked =
+        stage != Stage::Runtime && request.check_requirements && !request.requirements.is_empty();
+    if requirements_checked {
+        edits::check_selected(&driver, probe, &request, &selected)?;
+    }
+    Ok(Plan {
+        spec_path,
+        spec,
+        view,
+        request,
+        gpu: Some(GpuPlan {
+            driver,
+            layout,
+            edits,
+            hook,
+            requirements_checked,
+        }),
+    })
+}
+
+/// Whether `path` is an absolute path to an executable file.
+fn is_executable(probe: &dyn HostProbe, path: &Path) -> bool {
+    path.is_absolute()
+        && probe
+            .stat(path)
+            .is_ok_and(|s| s.kind == FileKind::File && s.mode & 0o111 != 0)
+}
+
+/// The library folders of the image ([`ContainerLayout::of_image`]), its folders
+/// resolved inside the rootfs, links and all.
+pub fn image_layout(probe: &dyn HostProbe, rootfs: &Path) -> ContainerLayout {
+    ContainerLayout::of_image(|p| {
+        resolve_in_root(probe, rootfs, p)
+            .ok()
+            .and_then(|h| probe.stat(&h).ok())
+            .is_some_and(|s| s.kind == FileKind::Dir)
+    })
+}
+
+#[cfg(test)]
+mod tests;

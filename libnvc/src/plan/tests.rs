@@ -1,0 +1,258 @@
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt;
+
+use serde_json::json;
+
+use super::*;
+use crate::probe::TreeProbe;
+
+/// A host with two GPUs (proc tree and device nodes only), a bundle and a config, all in
+/// one temporary folder.
+struct Host {
+    dir: tempfile::TempDir,
+    config: Config,
+}
+
+impl Host {
+    fn new() -> Host {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let nvidia = p.join("proc/driver/nvidia");
+        for (i, bus) in ["0000:06:00.0", "0000:07:00.0"].iter().enumerate() {
+            let gpu = nvidia.join("gpus").join(bus);
+            std::fs::create_dir_all(&gpu).unwrap();
+            std::fs::write(
+                gpu.join("information"),
+                format!(
+                    "Model: \t\t NVIDIA H100\nDevice Minor: \t {i}\nGPU UUID: \t GPU-{i}0000000-0000-0000-0000-000000000000\nBus Location: \t {bus}\n"
+                ),
+            )
+            .unwrap();
+        }
+        std::fs::write(
+            nvidia.join("version"),
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  999.88.77  Release Build\n",
+        )
+        .unwrap();
+        std::fs::write(p.join("proc/devices"), "Character devices:\n195 nvidia\n").unwrap();
+        std::fs::create_dir_all(p.join("dev")).unwrap();
+        std::fs::create_dir_all(p.join("root")).unwrap();
+        let hook = p.join("nvc-hook");
+        std::fs::write(&hook, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir_all(p.join("bundle/rootfs/dev")).unwrap();
+        let mut config = Config::default();
+        config.driver.root = p.join("root");
+        config.driver.dev_root = p.to_path_buf();
+        config.driver.proc_root = p.join("proc");
+        config.hook.path = hook;
+        let host = Host { dir, config };
+        host.spec(&["NVIDIA_VISIBLE_DEVICES=all"]);
+        host
+    }
+
+    fn probe(&self) -> TreeProbe {
+        let p = self.dir.path();
+        TreeProbe::new()
+            .with_device(p.join("dev/nvidia0"), 195, 0, 0o666)
+            .with_device(p.join("dev/nvidia1"), 195, 1, 0o666)
+            .with_device(p.join("dev/nvidiactl"), 195, 255, 0o666)
+    }
+
+    fn bundle(&self) -> PathBuf {
+        self.dir.path().join("bundle")
+    }
+
+    fn spec(&self, env: &[&str]) {
+        self.spec_value(json!({
+            "ociVersion": "1.0.2",
+            "process": {"env": env, "capabilities": {"bounding": []}},
+            "root": {"path": "rootfs"},
+            "linux": {}
+        }));
+    }
+
+    fn spec_value(&self, spec: Value) {
+        std::fs::write(self.bundle().join("config.json"), spec.to_string()).unwrap();
+    }
+
+    fn plan(&self, probe: &TreeProbe, stage: Stage) -> Result<Plan, Stopped> {
+        let source = ConfigSource {
+            path: Path::new("/etc/nvc/config.toml"),
+            from_env: false,
+        };
+        Plan::for_bundle(&self.bundle(), &self.config, &source, probe, stage)
+    }
+}
+
+#[test]
+fn a_container_asking_for_no_gpu_gets_no_gpu_plan() {
+    let host = Host::new();
+    host.spec(&["PATH=/bin"]);
+    for stage in [Stage::Runtime, Stage::Hook, Stage::Check] {
+        let plan = host.plan(&host.probe(), stage).unwrap();
+        assert!(plan.gpu.is_none(), "{stage:?}");
+        assert_eq!(plan.spec_path, host.bundle().join("config.json"));
+    }
+}
+
+#[test]
+fn the_runtime_stage_plans_device_nodes_and_the_hook() {
+    let host = Host::new();
+    let plan = host.plan(&host.probe(), Stage::Runtime).unwrap();
+    let gpu = plan.gpu.unwrap();
+    let nodes: Vec<_> = gpu
+        .edits
+        .device_nodes
+        .iter()
+        .map(|n| n.path.clone())
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            PathBuf::from("/dev/nvidiactl"),
+            PathBuf::from("/dev/nvidia0"),
+            PathBuf::from("/dev/nvidia1")
+        ]
+    );
+    // Devices only: no library, no file.
+    assert!(gpu.driver.libraries.is_empty() && gpu.edits.mounts.is_empty());
+    let hook = gpu.hook.unwrap();
+    assert!(!hook.in_spec);
+    assert_eq!(hook.entry.path, host.config.hook.path);
+    assert_eq!(hook.entry.args, ["nvc-hook", "prestart"]);
+    assert_eq!(hook.entry.env, [HOOK_PATH_ENV]);
+    assert!(!gpu.requirements_checked);
+}
+
+#[test]
+fn each_stage_stops_where_its_program_would() {
+    let host = Host::new();
+    // A linked /dev: refused by the runtime and the check, left to runc by the hook.
+    let dev = host.bundle().join("rootfs/dev");
+    std::fs::remove_dir(&dev).unwrap();
+    std::os::unix::fs::symlink("/tmp", &dev).unwrap();
+    for stage in [Stage::Runtime, Stage::Check] {
+        let stopped = host.plan(&host.probe(), stage).unwrap_err();
+        assert_eq!(stopped.error.step(), Step::Rootfs, "{stage:?}");
+        assert!(stopped.progress.view.is_some() && stopped.progress.request.is_none());
+        assert!(matches!(
+            stopped.error,
+            PlanError::Rootfs(RootfsError::LinkedDev { .. })
+        ));
+    }
+    assert!(host.plan(&host.probe(), Stage::Hook).unwrap().gpu.is_some());
+    std::fs::remove_file(&dev).unwrap();
+    std::fs::create_dir(&dev).unwrap();
+
+    // A rootfs that is the host's `/`, for GPU containers only.
+    let probe = host.probe().with_host_root(host.bundle().join("rootfs"));
+    let stopped = host.plan(&probe, Stage::Runtime).unwrap_err();
+    assert!(
+        matches!(
+            stopped.error,
+            PlanError::Rootfs(RootfsError::HostRoot { .. })
+        ),
+        "{:?}",
+        stopped.error
+    );
+    assert!(stopped.progress.request.is_some());
+    host.spec(&["PATH=/bin"]);
+    assert!(host.plan(&probe, Stage::Runtime).is_ok());
+}
+
+#[test]
+fn the_hook_must_exist_unless_the_spec_has_one() {
+    let mut host = Host::new();
+    host.config.hook.path = host.dir.path().join("absent/nvc-hook");
+    let stopped = host.plan(&host.probe(), Stage::Runtime).unwrap_err();
+    assert_eq!(stopped.error.step(), Step::Hook);
+    assert!(stopped.progress.edits.is_some());
+    assert!(stopped.error.to_string().contains("absent/nvc-hook"));
+    // The hook stage has no hook entry to check.
+    assert!(host.plan(&host.probe(), Stage::Hook).is_ok());
+    host.spec_value(json!({
+        "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]},
+        "root": {"path": "rootfs"},
+        "hooks": {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook"}]}
+    }));
+    let plan = host.plan(&host.probe(), Stage::Runtime).unwrap();
+    assert!(plan.gpu.unwrap().hook.unwrap().in_spec);
+}
+
+#[test]
+fn requirements_are_the_hook_s_and_checked_once_on_the_selected_gpus() {
+    let host = Host::new();
+    host.spec(&["NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_REQUIRE_CUDA=cuda>=13.0"]);
+    let old = host.probe().with_cuda_version(12040);
+    // The runtime does not check them: the hook does.
+    assert!(host.plan(&old, Stage::Runtime).is_ok());
+    for stage in [Stage::Hook, Stage::Check] {
+        let stopped = host.plan(&old, stage).unwrap_err();
+        assert_eq!(stopped.error.step(), Step::Requirements);
+        assert_eq!(stopped.error.step().program(), "nvc-hook");
+        assert!(
+            stopped.error.to_string().contains("cuda>=13.0"),
+            "{}",
+            stopped.error
+        );
+    }
+    let new = host.probe().with_cuda_version(13000);
+    let plan = host.plan(&new, Stage::Hook).unwrap();
+    assert!(plan.gpu.unwrap().requirements_checked);
+    // Disabled: not checked at all (libcuda is not asked).
+    host.spec(&[
+        "NVIDIA_VISIBLE_DEVICES=1",
+        "NVIDIA_REQUIRE_CUDA=cuda>=13.0",
+        "NVIDIA_DISABLE_REQUIRE=1",
+    ]);
+    let plan = host.plan(&host.probe(), Stage::Check).unwrap();
+    assert!(!plan.gpu.unwrap().requirements_checked);
+}
+
+#[test]
+fn bad_input_names_its_step() {
+    let host = Host::new();
+    host.spec(&["NVIDIA_VISIBLE_DEVICES=7"]);
+    let stopped = host.plan(&host.probe(), Stage::Runtime).unwrap_err();
+    assert_eq!(stopped.error.step(), Step::Edits);
+    assert!(stopped.progress.driver.is_some());
+    assert!(
+        stopped.error.to_string().contains("GPU index 7"),
+        "{}",
+        stopped.error
+    );
+
+    host.spec(&[
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_DRIVER_CAPABILITIES=warp",
+    ]);
+    let stopped = host.plan(&host.probe(), Stage::Runtime).unwrap_err();
+    assert_eq!(stopped.error.step(), Step::Request);
+    assert!(stopped.progress.view.is_some());
+
+    host.spec_value(json!({"process": {"env": "x"}, "root": {"path": "rootfs"}}));
+    let stopped = host.plan(&host.probe(), Stage::Hook).unwrap_err();
+    assert_eq!(stopped.error.step(), Step::Spec);
+    assert!(stopped.error.to_string().starts_with("invalid OCI spec"));
+
+    std::fs::remove_file(host.bundle().join("config.json")).unwrap();
+    let stopped = host.plan(&host.probe(), Stage::Hook).unwrap_err();
+    assert_eq!(stopped.error.step(), Step::Spec);
+    assert!(matches!(stopped.error, PlanError::SpecFile(_)));
+}
+
+#[test]
+fn the_check_uses_the_image_s_library_folders() {
+    let host = Host::new();
+    let rootfs = host.bundle().join("rootfs");
+    let plan = host.plan(&host.probe(), Stage::Check).unwrap();
+    assert_eq!(plan.gpu.unwrap().layout, ContainerLayout::debian());
+    std::fs::create_dir_all(rootfs.join("usr/lib64")).unwrap();
+    let plan = host.plan(&host.probe(), Stage::Check).unwrap();
+    assert_eq!(plan.gpu.unwrap().layout, ContainerLayout::lib64());
+    // The runtime and the hook plan for the default folders.
+    let plan = host.plan(&host.probe(), Stage::Hook).unwrap();
+    assert_eq!(plan.gpu.unwrap().layout, ContainerLayout::debian());
+}
