@@ -30,8 +30,10 @@ pub struct Config {
     pub log: LogConfig,
     /// What containers may ask for.
     pub requests: RequestsConfig,
-    /// The container's ld.so.cache.
-    pub ldconfig: LdconfigConfig,
+    /// The container's ld.so.cache. `[ldconfig]`, its old name, is still read: nvc
+    /// never runs ldconfig, it writes the cache itself.
+    #[serde(alias = "ldconfig")]
+    pub ldcache: LdcacheConfig,
 }
 
 /// `[driver]`: the roots discovery reads from.
@@ -189,17 +191,17 @@ impl Default for RequestsConfig {
     }
 }
 
-/// `[ldconfig]`: the container's ld.so.cache.
+/// `[ldcache]`: the container's ld.so.cache.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
-pub struct LdconfigConfig {
+pub struct LdcacheConfig {
     /// Update the container's ld.so.cache.
     pub update: bool,
 }
 
-impl Default for LdconfigConfig {
+impl Default for LdcacheConfig {
     fn default() -> Self {
-        LdconfigConfig { update: true }
+        LdcacheConfig { update: true }
     }
 }
 
@@ -336,8 +338,13 @@ mod tests {
         assert!(e.contains("line 3"), "{e}");
         assert!(e.contains("driver.roott"), "{e}");
 
-        let e = parse_err("[ldconfig]\nupdate = \"yes\"\n");
-        assert!(e.contains("line 2, key `ldconfig.update`"), "{e}");
+        let e = parse_err("[ldcache]\nupdate = \"yes\"\n");
+        assert!(e.contains("line 2, key `ldcache.update`"), "{e}");
+        // The old name of the section is read as the new one; both at once is an error.
+        let old: Config = toml::from_str("[ldconfig]\nupdate = false\n").unwrap();
+        assert!(!old.ldcache.update);
+        let both = parse_err("[ldconfig]\nupdate = false\n[ldcache]\nupdate = true\n");
+        assert!(both.contains("duplicate"), "{both}");
         assert!(e.contains("invalid type"), "{e}");
 
         let e = parse_err("[log]\nlevel = \"loud\"\n");

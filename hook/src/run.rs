@@ -89,7 +89,7 @@ pub fn run() -> Result<(), HookError> {
             .iter()
             .map(|(p, _, _)| p.clone())
             .collect(),
-        update_ldcache: config.ldconfig.update,
+        update_ldcache: config.ldcache.update,
         device_cgroup: Some(nvc_host::devcgroup::DeviceCgroup::from_spec(&plan.spec)?),
         readonly: plan.view.readonly,
         tmpfs_mounts: plan.view.tmpfs_mounts.clone(),

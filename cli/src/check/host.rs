@@ -176,13 +176,10 @@ pub fn versions(driver: &Driver) -> Row {
             )
         }
     };
-    let cache = rootfs::resolve_in_root(
-        &nvc_host::probe::RealHost,
-        &roots.root,
-        Path::new("/etc/ld.so.cache"),
-    )
-    .map_err(|e| e.to_string())
-    .and_then(|p| ldcache::read(&p).map_err(|e| error_chain(&e)));
+    let host = nvc_host::probe::RealHost;
+    let cache = rootfs::resolve_in_root(&host, &roots.root, Path::new("/etc/ld.so.cache"))
+        .map_err(|e| e.to_string())
+        .and_then(|p| ldcache::read_from(&host, &p).map_err(|e| error_chain(&e)));
     let cache = match cache {
         Ok(c) => c,
         Err(e) => {
@@ -512,7 +509,7 @@ pub fn ldconfig(config: &Config, probe: &Probe) -> Row {
         .map(PathBuf::from)
         .find(|p| is_executable(p))
         .or_else(|| probe.find_program("ldconfig"));
-    let writes = if config.ldconfig.update {
+    let writes = if config.ldcache.update {
         "nvc writes containers' ld.so.cache itself"
     } else {
         "ldconfig.update is off: containers' ld.so.cache is left as the image has it"
