@@ -123,7 +123,13 @@ pub fn build(template: &Path, dest: &Path, count: usize) -> Result<usize, BenchE
     run_quiet(&mut ldconfig)?;
 
     let cache_path = dest.join("etc/ld.so.cache");
-    let cache = libnvc::ldcache::read(&cache_path).map_err(BenchError::LdCache)?;
+    let data = std::fs::read(&cache_path).map_err(|source| {
+        BenchError::LdCache(libnvc::ldcache::LdCacheError::Read {
+            path: cache_path.clone(),
+            source,
+        })
+    })?;
+    let cache = libnvc::ldcache::parse_file(&data, &cache_path).map_err(BenchError::LdCache)?;
     let found = cache
         .entries
         .iter()

@@ -121,7 +121,7 @@ pub fn set_up(
         }
         _ => None,
     };
-    let proc_mask = ProcMask::prepare(driver, &planned)?;
+    let proc_mask = ProcMask::prepare(driver, planned)?;
 
     // Phase 2, the container's mount namespace.
     container::enter_mount_namespace(target.pid)?;

@@ -25,7 +25,7 @@ use libnvc::ldcache::{
     libcmp, parse, sort_entries, write, Entry, Format, LdCacheError, MAX_STRING_LEN,
 };
 
-/// The largest input read as a cache: [`libnvc::ldcache::read`] accepts 16 MiB, but
+/// The largest input read as a cache: [`libnvc::ldcache::parse_file`] accepts 16 MiB, but
 /// nothing in the parser depends on size beyond what a few hundred KiB exercise, and
 /// smaller inputs keep the fuzzer fast.
 pub const MAX_INPUT: usize = 1 << 20;

@@ -512,7 +512,7 @@ pub fn ldconfig(config: &Config, probe: &Probe) -> Row {
     let writes = if config.ldcache.update {
         "nvc writes containers' ld.so.cache itself"
     } else {
-        "ldconfig.update is off: containers' ld.so.cache is left as the image has it"
+        "ldcache.update is off: containers' ld.so.cache is left as the image has it"
     };
     match found {
         Some(p) => Row::ok(CHECK, format!("{} ({writes})", show(&p))),

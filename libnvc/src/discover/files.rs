@@ -10,34 +10,15 @@ use super::rootfs::resolve_in_root;
 use super::{tables, DiscoverError, HostFile, LibClass, Library};
 use crate::caps::Capability;
 use crate::elf::{self, ElfClass};
-use crate::ldcache::{self, Cache, CacheArch, LdCacheError};
+use crate::ldcache::{self, Cache, CacheArch};
 use crate::probe::{FileKind, HostProbe};
 
 /// The driver root's ld.so.cache; `None` when it has none.
 pub fn read_ldcache(probe: &dyn HostProbe, root: &Path) -> Result<Option<Cache>, DiscoverError> {
     match resolve_in_root(probe, root, Path::new("/etc/ld.so.cache")) {
-        Ok(path) => {
-            let (data, more) = probe
-                .read(&path, ldcache::MAX_CACHE_SIZE as usize)
-                .map_err(|source| {
-                    DiscoverError::LdCache(LdCacheError::Read {
-                        path: path.clone(),
-                        source,
-                    })
-                })?;
-            if more {
-                return Err(DiscoverError::LdCache(LdCacheError::FileTooLarge {
-                    path,
-                    max: ldcache::MAX_CACHE_SIZE as u64,
-                }));
-            }
-            ldcache::parse(&data).map(Some).map_err(|source| {
-                DiscoverError::LdCache(LdCacheError::Invalid {
-                    path,
-                    source: Box::new(source),
-                })
-            })
-        }
+        Ok(path) => ldcache::read_from(probe, &path)
+            .map(Some)
+            .map_err(DiscoverError::LdCache),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             warn!(
                 "{} has no /etc/ld.so.cache: no driver library can be found",

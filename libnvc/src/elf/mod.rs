@@ -1,12 +1,15 @@
 //! A small, bounded ELF reader: just enough of a shared object's headers to tell its
-//! class, machine, type and `DT_SONAME`, which is what building an ld.so.cache needs.
+//! class, machine, type and `DT_SONAME`, which is what discovery needs to check a driver
+//! library or binary and what an ld.so.cache entry records.
 //!
-//! Files may come from a container image, so every offset is checked, every read has a
-//! fixed upper bound and a malformed file gives an [`ElfError`], never a panic or a large
-//! allocation.
+//! It reads from a reader ([`read_elf_info`]) or a file its caller opened
+//! ([`read_elf_info_file`], with [`HostProbe::open`](crate::probe::HostProbe::open)); it
+//! never opens a file itself. Files may come from a container image, so every offset is
+//! checked, every read has a fixed upper bound and a malformed file gives an
+//! [`ElfError`], never a panic or a large allocation.
 
-use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// `e_machine` of x86-64 objects.
@@ -111,7 +114,8 @@ pub enum ElfError {
         #[source]
         source: io::Error,
     },
-    /// Opening a file failed.
+    /// Opening a file failed, or reading the first bytes of one that
+    /// [`read_elf_info_file`] was given.
     #[error("failed to open {path}")]
     Open {
         /// The file.
@@ -249,18 +253,10 @@ pub fn read_elf_info<R: Read + Seek>(r: &mut R) -> Result<ElfInfo, ElfError> {
     Ok(info)
 }
 
-/// Opens `path` and reads it with [`read_elf_info`]; every error names the file.
-pub fn read_elf_info_path(path: &Path) -> Result<ElfInfo, ElfError> {
-    let file = File::open(path).map_err(|source| ElfError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    read_elf_info_file(file, path)
-}
-
 /// Reads the opened `file` (whose path is `path`) with [`read_elf_info`]; every error
-/// names the file.
-pub fn read_elf_info_file(file: File, path: &Path) -> Result<ElfInfo, ElfError> {
+/// names the file. Any file that positioned reads work on will do; in practice one from
+/// [`HostProbe::open`](crate::probe::HostProbe::open).
+pub fn read_elf_info_file(file: impl FileExt, path: &Path) -> Result<ElfInfo, ElfError> {
     let mut reader = Prefetched::new(file).map_err(|source| ElfError::Open {
         path: path.to_path_buf(),
         source,
@@ -275,18 +271,17 @@ pub fn read_elf_info_file(file: File, path: &Path) -> Result<ElfInfo, ElfError> 
 /// from memory, and the rest (the dynamic segment, the soname) with one `pread` each,
 /// so checking a library costs a few system calls rather than a seek and a read per
 /// program header. Discovery checks every driver library on each container start.
-struct Prefetched {
-    file: File,
+struct Prefetched<F> {
+    file: F,
     head: Vec<u8>,
     pos: u64,
 }
 
-impl Prefetched {
+impl<F: FileExt> Prefetched<F> {
     /// How much is read up front: the headers of any real shared object.
     const HEAD: usize = 16 << 10;
 
-    fn new(file: File) -> io::Result<Self> {
-        use std::os::unix::fs::FileExt;
+    fn new(file: F) -> io::Result<Self> {
         let mut head = vec![0u8; Self::HEAD];
         let mut filled = 0;
         while filled < head.len() {
@@ -302,9 +297,8 @@ impl Prefetched {
     }
 }
 
-impl Read for Prefetched {
+impl<F: FileExt> Read for Prefetched<F> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        use std::os::unix::fs::FileExt;
         let n = match usize::try_from(self.pos)
             .ok()
             .filter(|p| *p < self.head.len())
@@ -321,7 +315,7 @@ impl Read for Prefetched {
     }
 }
 
-impl Seek for Prefetched {
+impl<F> Seek for Prefetched<F> {
     fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
         self.pos = match to {
             SeekFrom::Start(p) => p,
@@ -467,274 +461,7 @@ fn le_u64(buf: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(le_bytes(buf, at))
 }
 
-/// Helpers shared by the tests of this module and of `ldcache`: real objects built by gcc.
 #[cfg(test)]
-pub(crate) mod test_support {
-    use std::path::{Path, PathBuf};
-    use std::process::Command;
-
-    const SOURCE: &str = "int nvc_test_symbol(void) { return 42; }\n";
-
-    /// Runs gcc with `args` in `dir` (where `x.c` is written first); panics with a clear
-    /// message when gcc is missing or fails, so a missing tool never passes silently.
-    pub(crate) fn gcc(dir: &Path, args: &[&str]) -> Result<(), String> {
-        let source = dir.join("x.c");
-        if !source.exists() {
-            std::fs::write(&source, SOURCE).expect("write x.c");
-        }
-        let output = match Command::new("gcc")
-            .current_dir(dir)
-            .args(args)
-            .arg("x.c")
-            .output()
-        {
-            Ok(output) => output,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                panic!("gcc is missing: these tests build real shared objects with gcc ({e})")
-            }
-            Err(e) => panic!("cannot run gcc: {e}"),
-        };
-        if output.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "gcc {args:?} failed: {}",
-                String::from_utf8_lossy(&output.stderr)
-            ))
-        }
-    }
-
-    /// Builds a 64-bit shared object `dir/file` with the given soname (none when `None`).
-    pub(crate) fn shared_object(dir: &Path, file: &str, soname: Option<&str>) -> PathBuf {
-        let soname_flag = soname.map(|s| format!("-Wl,-soname,{s}"));
-        let mut args = vec!["-shared", "-fPIC", "-o", file];
-        if let Some(flag) = &soname_flag {
-            args.push(flag);
-        }
-        gcc(dir, &args).unwrap_or_else(|e| panic!("{e}"));
-        dir.join(file)
-    }
-
-    /// Builds a 32-bit i386 shared object, or says why this machine cannot. It is linked
-    /// without the C library (no 32-bit libc is needed), but against `stub_libc` when given
-    /// so that it has a `DT_NEEDED` on `libc.so.6` like a real library.
-    pub(crate) fn shared_object_32(
-        dir: &Path,
-        file: &str,
-        soname: &str,
-        stub_libc: Option<&Path>,
-    ) -> Result<PathBuf, String> {
-        let soname_flag = format!("-Wl,-soname,{soname}");
-        let mut args = vec![
-            "-m32",
-            "-nostdlib",
-            "-shared",
-            "-fPIC",
-            "-Wl,--no-as-needed",
-            "-o",
-            file,
-            &soname_flag,
-        ];
-        let stub = stub_libc.map(|p| p.to_string_lossy().into_owned());
-        if let Some(stub) = &stub {
-            args.push(stub);
-        }
-        gcc(dir, &args)?;
-        Ok(dir.join(file))
-    }
-}
-
+pub(crate) mod test_support;
 #[cfg(test)]
-mod tests {
-    use super::test_support::{gcc, shared_object, shared_object_32};
-    use super::*;
-    use std::io::Cursor;
-
-    fn info_of(path: &Path) -> ElfInfo {
-        read_elf_info_path(path).unwrap_or_else(|e| panic!("{path:?}: {e:?}"))
-    }
-
-    fn info_of_bytes(bytes: &[u8]) -> Result<ElfInfo, ElfError> {
-        read_elf_info(&mut Cursor::new(bytes))
-    }
-
-    #[test]
-    fn shared_object_64_has_class_machine_type_and_soname() {
-        let dir = tempfile::tempdir().unwrap();
-        let so = shared_object(dir.path(), "libfoo.so.1.2.3", Some("libfoo.so.1"));
-        let info = info_of(&so);
-        assert_eq!(
-            info,
-            ElfInfo {
-                class: ElfClass::Elf64,
-                machine: EM_X86_64,
-                elf_type: ET_DYN,
-                soname: Some("libfoo.so.1".into()),
-            }
-        );
-    }
-
-    #[test]
-    fn shared_object_32_has_class_machine_type_and_soname() {
-        let dir = tempfile::tempdir().unwrap();
-        let so = match shared_object_32(dir.path(), "libfoo32.so.1", "libfoo.so.1", None) {
-            Ok(so) => so,
-            Err(why) => {
-                eprintln!("SKIPPED shared_object_32: gcc -m32 does not work here: {why}");
-                return;
-            }
-        };
-        let info = info_of(&so);
-        assert_eq!(
-            info,
-            ElfInfo {
-                class: ElfClass::Elf32,
-                machine: EM_386,
-                elf_type: ET_DYN,
-                soname: Some("libfoo.so.1".into()),
-            }
-        );
-    }
-
-    #[test]
-    fn shared_object_without_soname() {
-        let dir = tempfile::tempdir().unwrap();
-        let so = shared_object(dir.path(), "libnosoname.so", None);
-        let info = info_of(&so);
-        assert_eq!(info.elf_type, ET_DYN);
-        assert_eq!(info.soname, None);
-    }
-
-    #[test]
-    fn executables_have_no_soname() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("x.c"), "int main(void) { return 0; }\n").unwrap();
-        gcc(dir.path(), &["-no-pie", "-o", "exe"]).unwrap();
-        let info = info_of(&dir.path().join("exe"));
-        assert_eq!(info.class, ElfClass::Elf64);
-        assert_eq!(info.machine, EM_X86_64);
-        assert_eq!(info.elf_type, ET_EXEC);
-        assert_eq!(info.soname, None);
-
-        // A position-independent executable is ET_DYN, still without a soname.
-        gcc(dir.path(), &["-pie", "-fPIE", "-o", "pie"]).unwrap();
-        let info = info_of(&dir.path().join("pie"));
-        assert_eq!(info.elf_type, ET_DYN);
-        assert_eq!(info.soname, None);
-    }
-
-    #[test]
-    fn non_elf_and_empty_files_are_not_elf() {
-        for data in [
-            &b""[..],
-            b"\x7fEL",
-            b"GROUP ( /lib/libc.so.6 )\n",
-            &[0u8; 100],
-        ] {
-            assert!(
-                matches!(info_of_bytes(data), Err(ElfError::NotElf)),
-                "{data:?}"
-            );
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("libc.so");
-        std::fs::write(&script, "/* GNU ld script */\nGROUP ( libc.so.6 )\n").unwrap();
-        let err = read_elf_info_path(&script).unwrap_err();
-        assert!(
-            matches!(&err, ElfError::File { path, source } if path == &script && matches!(**source, ElfError::NotElf)),
-            "{err:?}"
-        );
-        assert_eq!(
-            err.to_string(),
-            format!("failed to read ELF file {}", script.display())
-        );
-    }
-
-    #[test]
-    fn missing_file_error_names_the_path() {
-        let err = read_elf_info_path(Path::new("/nonexistent/libx.so")).unwrap_err();
-        assert!(
-            matches!(&err, ElfError::Open { path, .. } if path == Path::new("/nonexistent/libx.so"))
-        );
-        assert_eq!(err.to_string(), "failed to open /nonexistent/libx.so");
-    }
-
-    #[test]
-    fn truncated_files_are_errors() {
-        let dir = tempfile::tempdir().unwrap();
-        let so = shared_object(dir.path(), "libfoo.so.1", Some("libfoo.so.1"));
-        let bytes = std::fs::read(so).unwrap();
-        for len in [5, 16, 30, 63, 200] {
-            let err = info_of_bytes(&bytes[..len]).unwrap_err();
-            assert!(matches!(err, ElfError::Truncated { .. }), "{len}: {err:?}");
-        }
-    }
-
-    #[test]
-    fn big_endian_and_bad_class_are_rejected() {
-        let dir = tempfile::tempdir().unwrap();
-        let so = shared_object(dir.path(), "libfoo.so.1", Some("libfoo.so.1"));
-        let mut bytes = std::fs::read(so).unwrap();
-        bytes[5] = 2;
-        assert!(matches!(info_of_bytes(&bytes), Err(ElfError::BigEndian)));
-        bytes[5] = 7;
-        assert!(matches!(
-            info_of_bytes(&bytes),
-            Err(ElfError::UnsupportedEncoding(7))
-        ));
-        bytes[5] = 1;
-        bytes[4] = 3;
-        assert!(matches!(
-            info_of_bytes(&bytes),
-            Err(ElfError::UnsupportedClass(3))
-        ));
-    }
-
-    #[test]
-    fn hostile_headers_give_errors_not_panics_or_huge_allocations() {
-        let dir = tempfile::tempdir().unwrap();
-        let so = shared_object(dir.path(), "libfoo.so.1", Some("libfoo.so.1"));
-        let good = std::fs::read(so).unwrap();
-
-        // e_phnum beyond the cap.
-        let mut bytes = good.clone();
-        bytes[56..58].copy_from_slice(&0xffffu16.to_le_bytes());
-        assert!(matches!(
-            info_of_bytes(&bytes),
-            Err(ElfError::TooManyProgramHeaders(0xffff))
-        ));
-        // e_phentsize too small.
-        let mut bytes = good.clone();
-        bytes[54..56].copy_from_slice(&8u16.to_le_bytes());
-        assert!(matches!(
-            info_of_bytes(&bytes),
-            Err(ElfError::BadProgramHeaderSize(8))
-        ));
-        // e_phoff near u64::MAX: the offset computation overflows.
-        let mut bytes = good.clone();
-        bytes[32..40].copy_from_slice(&(u64::MAX - 10).to_le_bytes());
-        assert!(info_of_bytes(&bytes).is_err());
-
-        // Every truncation and many random corruptions: errors or answers, never a panic.
-        for len in 0..good.len().min(20_000) {
-            let _ = info_of_bytes(&good[..len]);
-        }
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
-        for _ in 0..3000 {
-            let mut bytes = good.clone();
-            for _ in 0..1 + next() % 8 {
-                // Mostly the headers, where the offsets are.
-                let limit = if next() % 4 == 0 { bytes.len() } else { 1024 };
-                let at = (next() as usize) % limit.min(bytes.len());
-                bytes[at] = next() as u8;
-            }
-            let _ = info_of_bytes(&bytes);
-        }
-    }
-}
+mod tests;
