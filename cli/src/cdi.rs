@@ -9,6 +9,17 @@ use clap::{Args, Subcommand, ValueEnum};
 use libnvc::cdi::{self, Format, GenerateOptions, NameStrategy, Spec};
 use libnvc::discover::{self, DriverRoots};
 use nvc_config::Config;
+use nvc_host::files::{self, WriteOptions};
+
+/// How `--output` is written: replaced atomically, so an engine watching the folder
+/// never reads half a spec (the temporary name starts with a dot and ends in
+/// `.nvc-tmp`, which CDI registries do not load); a new file gets 0644 and its missing
+/// folders, an existing one keeps its mode and owner; a symlink there is replaced by
+/// the file, as it always was.
+const SPEC_WRITE: WriteOptions = WriteOptions {
+    create_parents: true,
+    ..WriteOptions::new(0o644)
+};
 
 /// `nvc cdi` subcommands.
 #[derive(Subcommand)]
@@ -107,6 +118,9 @@ pub enum CdiError {
     /// The output's format cannot be told from its name.
     #[error("cannot tell the format of {0} from its extension: name it .json, .yaml or .yml, or pass --format")]
     UnknownFormat(PathBuf),
+    /// The spec file could not be written.
+    #[error(transparent)]
+    File(#[from] files::FileError),
     /// A file operation failed.
     #[error("cannot {op} {path}")]
     Io {
@@ -162,7 +176,10 @@ fn generate(args: &GenerateArgs) -> Result<(), CdiError> {
         None => std::io::stdout()
             .write_all(text.as_bytes())
             .map_err(io_error("write", Path::new("stdout"))),
-        Some(path) => write_atomic(path, text.as_bytes()),
+        Some(path) => {
+            files::remove_stale_temp_files(path, SPEC_WRITE.symlink)?;
+            Ok(files::write_atomic(path, text.as_bytes(), &SPEC_WRITE)?)
+        }
     }
 }
 
@@ -185,36 +202,4 @@ fn list(args: &ListArgs) -> Result<(), CdiError> {
     std::io::stdout()
         .write_all(out.as_bytes())
         .map_err(io_error("write", Path::new("stdout")))
-}
-
-/// Replaces `path` with `data` (mode 0644): a temporary file in the same folder, synced,
-/// then renamed, so an engine watching the folder never reads half a spec.
-fn write_atomic(path: &Path, data: &[u8]) -> Result<(), CdiError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&dir).map_err(io_error("create directory", &dir))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // A leading dot: CDI registries only read *.json and *.yaml, but be sure.
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let result = (|| {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&tmp)
-            .map_err(io_error("create", &tmp))?;
-        file.write_all(data).map_err(io_error("write", &tmp))?;
-        file.sync_all().map_err(io_error("sync", &tmp))?;
-        std::fs::rename(&tmp, path).map_err(io_error("replace", path))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }

@@ -10,7 +10,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use nvc_engines::{self, containerd, crio, docker, files, podman, Source};
+use nvc_engines::files::{backup_once, backup_path, CONFIG_WRITE};
+use nvc_engines::{self, containerd, crio, docker, podman, Source};
+use nvc_host::files::{self, Symlink};
 
 /// `println!` that ignores a closed stdout (`nvc ... --dry-run | head`).
 macro_rules! say {
@@ -453,7 +455,7 @@ fn containerd_changes(
         let mut changes = Vec::new();
         // The import goes only if nvc added it: the pre-nvc original lacks it.
         let original = match old_main {
-            Some(_) => files::read_optional(&files::backup_path(&config))?,
+            Some(_) => files::read_optional(&backup_path(&config))?,
             None => None,
         };
         if let Some(original) = original {
@@ -816,12 +818,14 @@ impl Change {
                 new,
                 backup,
             } => {
+                files::remove_stale_temp_files(path, CONFIG_WRITE.symlink)?;
                 let saved = if *backup {
-                    files::backup_once(path)?
+                    files::remove_stale_temp_files(&backup_path(path), Symlink::Replace)?;
+                    backup_once(path)?
                 } else {
                     None
                 };
-                files::write_atomic(path, new.as_bytes(), 0o644)?;
+                files::write_atomic(path, new.as_bytes(), &CONFIG_WRITE)?;
                 let verb = if old.is_some() { "updated" } else { "created" };
                 match saved {
                     Some(b) => say!(
@@ -837,6 +841,7 @@ impl Change {
                 say!("removed {}", path.display());
             }
             Change::Link { path, target, old } => {
+                files::remove_stale_temp_files(path, Symlink::Replace)?;
                 files::symlink_atomic(target, path)?;
                 match old {
                     Some(o) => say!(

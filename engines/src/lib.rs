@@ -3,8 +3,9 @@
 //! Each engine module is pure over text: it takes the engine's current config files
 //! (as read from disk) and returns what they must become, leaving every setting it does
 //! not own as it was (keys, order, comments, formatting). Running it on its own output
-//! changes nothing. [`files`] is the small I/O helper the CLI writes results with
-//! (atomic replace, one-time backup).
+//! changes nothing. [`files`] holds the engines' write policy (follow links, make
+//! folders, keep the owner: [`files::CONFIG_WRITE`]) and the one-time backup, over
+//! nvc-host's one atomic writer (`nvc_host::files`).
 
 pub mod containerd;
 pub mod crio;

@@ -19,6 +19,7 @@ pub mod compat;
 pub mod container;
 pub mod deadline;
 pub mod devcgroup;
+pub mod files;
 pub mod ldcache;
 pub mod logging;
 pub mod probe;

@@ -3,14 +3,13 @@
 //! The spec is handled as a [`serde_json::Value`] (with its key order kept), never a
 //! typed round trip: fields this crate does not know, top-level or nested, survive as
 //! they were. [`view`] reads what nvc needs; [`apply`] adds the device nodes, their
-//! cgroup allow rules and the prestart hook, and is idempotent; [`write_spec_atomic`]
-//! replaces the file so it is never seen half-written.
+//! cgroup allow rules and the prestart hook, and is idempotent; [`to_bytes`] gives the
+//! bytes to save. Saving is an effect, and not this crate's: the runtime shim writes
+//! them with `nvc_host::files::write_atomic`, so the file is never seen half-written.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::hash::{BuildHasher, Hasher};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs::File;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
@@ -28,7 +27,7 @@ pub const KNOWN_HOOK_NAMES: &[&str] = &[
     "nvidia-container-toolkit",
 ];
 
-/// Why a spec could not be read, understood, edited or written.
+/// Why a spec could not be read, understood or edited.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
     /// A file operation failed.
@@ -82,9 +81,6 @@ pub enum SpecError {
     /// A path that JSON cannot hold as a string.
     #[error("{0} is not valid UTF-8 and cannot go into the spec")]
     NotUtf8(PathBuf),
-    /// A path that names no file (`/`, `..`).
-    #[error("{0} is not a file path")]
-    NotAFile(PathBuf),
     /// The edited spec could not be serialized.
     #[error("cannot serialize the spec")]
     Serialize(#[source] serde_json::Error),
@@ -514,214 +510,16 @@ pub fn read_spec(path: &Path) -> Result<Value, SpecError> {
     })
 }
 
-/// The bytes [`write_spec_atomic`] writes for `spec`: compact JSON, as Docker and
-/// containerd write specs.
+/// The bytes to save for `spec`: compact JSON, as Docker and containerd write specs.
 pub fn to_bytes(spec: &Value) -> Result<Vec<u8>, SpecError> {
     serde_json::to_vec(spec).map_err(SpecError::Serialize)
-}
-
-/// Replaces the file at `path` with `spec`: written to a new file in the same folder,
-/// synced, given the old file's permission bits (and owner, where allowed), renamed over
-/// the old one, and the folder synced. Readers see the old file or the new one, never a
-/// part; on error the temporary file is removed.
-///
-/// A writer killed before its rename (SIGKILL runs no cleanup) leaves its temporary
-/// file behind: its name carries the writer's pid and start time, so that
-/// [`remove_stale_temp_files`] (which the runtime shim calls on every create, before it
-/// writes) can tell it from a running writer's and remove it.
-pub fn write_spec_atomic(path: &Path, spec: &Value) -> Result<(), SpecError> {
-    write_atomic(path, &to_bytes(spec)?)
-}
-
-/// The end of every temporary file name [`write_spec_atomic`] uses:
-/// `.<name>.<pid>-<start>.<random>.nvc-tmp` next to the file `<name>`.
-pub const TEMP_SUFFIX: &str = ".nvc-tmp";
-
-/// A process that writes temporary files, told apart from a later process with the same
-/// pid by its start time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Writer {
-    /// The process id.
-    pub pid: u32,
-    /// When it started, in clock ticks after boot (field 22 of `/proc/<pid>/stat`).
-    pub start: u64,
-}
-
-impl Writer {
-    /// This process, or `None` when `/proc` cannot tell.
-    pub fn current() -> Option<Writer> {
-        let pid = std::process::id();
-        let start = process_start(pid)?;
-        Some(Writer { pid, start })
-    }
-
-    /// Whether this process still runs: a process with its pid and start time exists.
-    pub fn is_alive(&self) -> bool {
-        process_start(self.pid) == Some(self.start)
-    }
-}
-
-fn process_start(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat_start_time(&stat)
-}
-
-/// The start time in a `/proc/<pid>/stat` line: the 20th field after the command name,
-/// which is in parentheses and may itself hold spaces and parentheses.
-fn stat_start_time(stat: &str) -> Option<u64> {
-    let (_, after) = stat.rsplit_once(')')?;
-    after.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// The writer named in `file_name` if it is one of [`write_spec_atomic`]'s temporary
-/// files for the file `name`.
-fn temp_writer(file_name: &std::ffi::OsStr, name: &std::ffi::OsStr) -> Option<Writer> {
-    let file_name = file_name.to_str()?;
-    let rest = file_name
-        .strip_prefix('.')?
-        .strip_prefix(name.to_str()?)?
-        .strip_prefix('.')?
-        .strip_suffix(TEMP_SUFFIX)?;
-    let (writer, random) = rest.split_once('.')?;
-    if random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let (pid, start) = writer.split_once('-')?;
-    Some(Writer {
-        pid: pid.parse().ok()?,
-        start: start.parse().ok()?,
-    })
-}
-
-/// Removes the temporary files that writers of `path` (through [`write_spec_atomic`])
-/// left when they were killed, and returns them. Files of writers still running are
-/// kept. Does nothing when `/proc` cannot tell which processes run.
-pub fn remove_stale_temp_files(path: &Path) -> Result<Vec<PathBuf>, SpecError> {
-    if Writer::current().is_none() {
-        return Ok(Vec::new());
-    }
-    remove_stale_with(path, &|w: Writer| w.is_alive())
-}
-
-fn remove_stale_with(
-    path: &Path,
-    is_alive: &dyn Fn(Writer) -> bool,
-) -> Result<Vec<PathBuf>, SpecError> {
-    let (dir, name) = split(path)?;
-    let mut removed = Vec::new();
-    for entry in fs::read_dir(dir).map_err(io_error("list", dir))? {
-        let entry = entry.map_err(io_error("list", dir))?;
-        let Some(writer) = temp_writer(&entry.file_name(), name) else {
-            continue;
-        };
-        if is_alive(writer) {
-            continue;
-        }
-        let temp = entry.path();
-        match fs::remove_file(&temp) {
-            Ok(()) => removed.push(temp),
-            // Another writer removed it first.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_error("remove the stale temporary file", &temp)(e)),
-        }
-    }
-    Ok(removed)
-}
-
-/// The folder and file name of `path`.
-fn split(path: &Path) -> Result<(&Path, &std::ffi::OsStr), SpecError> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| SpecError::NotAFile(path.to_path_buf()))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    Ok((dir, name))
-}
-
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SpecError> {
-    let (dir, name) = split(path)?;
-    let (mode, owner) = match fs::metadata(path) {
-        Ok(m) => (m.mode() & 0o7777, Some((m.uid(), m.gid()))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => (0o644, None),
-        Err(e) => return Err(io_error("stat", path)(e)),
-    };
-    let (temp, mut file) = create_temp(dir, name, mode)?;
-    let written = (|| {
-        // The mode given at creation is masked by the umask.
-        file.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(io_error("set the permissions of", &temp))?;
-        if let Some((uid, gid)) = owner {
-            let meta = file.metadata().map_err(io_error("stat", &temp))?;
-            if (meta.uid(), meta.gid()) != (uid, gid) {
-                if let Err(e) = std::os::unix::fs::fchown(&file, Some(uid), Some(gid)) {
-                    log::warn!(
-                        "cannot give {} the owner {uid}:{gid} of {}: {e}",
-                        temp.display(),
-                        path.display()
-                    );
-                }
-            }
-        }
-        file.write_all(bytes)
-            .map_err(io_error("write the new version to", &temp))?;
-        file.sync_all()
-            .map_err(io_error("sync the new version in", &temp))?;
-        fs::rename(&temp, path).map_err(io_error("replace", path))
-    })();
-    drop(file);
-    if let Err(e) = written {
-        let _ = fs::remove_file(&temp);
-        return Err(e);
-    }
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_error("sync the folder", dir))
-}
-
-/// Creates `<dir>/.<name>.<pid>-<start>.<random>.nvc-tmp` exclusively.
-fn create_temp(
-    dir: &Path,
-    name: &std::ffi::OsStr,
-    mode: u32,
-) -> Result<(PathBuf, File), SpecError> {
-    // Without /proc the name carries no start time, and nothing ever takes the file
-    // for stale.
-    let writer = Writer::current().map_or_else(
-        || format!("{}-unknown", std::process::id()),
-        |w| format!("{}-{}", w.pid, w.start),
-    );
-    let mut last = None;
-    for attempt in 0u32..16 {
-        // RandomState is seeded from the OS for each process; hashing the pid and the
-        // attempt on top gives a fresh name each try.
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        h.write_u32(attempt);
-        let mut file_name = std::ffi::OsString::from(".");
-        file_name.push(name);
-        file_name.push(format!(".{writer}.{:016x}{TEMP_SUFFIX}", h.finish()));
-        let temp = dir.join(file_name);
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode & 0o777)
-            .open(&temp)
-        {
-            Ok(f) => return Ok((temp, f)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => return Err(io_error("create a temporary file in", dir)(e)),
-        }
-    }
-    let e = last.unwrap_or_else(|| io::Error::from(io::ErrorKind::AlreadyExists));
-    Err(io_error("create a temporary file in", dir)(e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::discover::DeviceNode;
+    use std::fs;
 
     fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
         DeviceNode {
@@ -1027,51 +825,11 @@ mod tests {
     }
 
     #[test]
-    fn write_keeps_mode_and_leaves_no_temp_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.json");
-        fs::write(&path, "{}").unwrap();
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+    fn bytes_are_compact_json_in_the_spec_order() {
         let spec = json!({"b": 1, "a": [true, null]});
-        write_spec_atomic(&path, &spec).unwrap();
-        assert_eq!(
-            fs::read_to_string(&path).unwrap(),
-            r#"{"b":1,"a":[true,null]}"#
-        );
-        assert_eq!(fs::metadata(&path).unwrap().mode() & 0o7777, 0o640);
-        let names: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec![std::ffi::OsString::from("config.json")]);
-        assert_eq!(read_spec(&path).unwrap(), spec);
-
-        // A new file gets 0644.
-        let new = dir.path().join("new.json");
-        write_spec_atomic(&new, &spec).unwrap();
-        assert_eq!(fs::metadata(&new).unwrap().mode() & 0o7777, 0o644);
-    }
-
-    #[test]
-    fn failed_write_keeps_the_old_file_and_removes_the_temp_file() {
-        let dir = tempfile::tempdir().unwrap();
-        // The target is a non-empty directory: rename over it fails after the temp file
-        // was written.
-        let path = dir.path().join("config.json");
-        fs::create_dir(&path).unwrap();
-        fs::write(path.join("keep"), "x").unwrap();
-        let e = write_spec_atomic(&path, &json!({})).unwrap_err();
-        assert!(e.to_string().starts_with("cannot replace "), "{e}");
-        let mut names: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        names.sort();
-        assert_eq!(names, vec![std::ffi::OsString::from("config.json")]);
-        assert!(path.join("keep").exists());
-
-        let e = write_spec_atomic(Path::new("/"), &json!({})).unwrap_err();
-        assert!(matches!(e, SpecError::NotAFile(_)), "{e:?}");
+        let bytes = to_bytes(&spec).unwrap();
+        assert_eq!(bytes, br#"{"b":1,"a":[true,null]}"#);
+        assert_eq!(serde_json::from_slice::<Value>(&bytes).unwrap(), spec);
     }
 
     #[test]
@@ -1114,86 +872,5 @@ mod tests {
         fs::write(&path, "{\"root\": 1,}").unwrap();
         let chain = crate::report::error_chain(&read_spec(&path).unwrap_err());
         assert!(!chain.contains("truncated"), "{chain}");
-    }
-
-    #[test]
-    fn stat_lines() {
-        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
-                    987654 10000 200 18446744073709551615";
-        assert_eq!(stat_start_time(line), Some(987_654));
-        assert_eq!(stat_start_time("4242 (x) S 1 2"), None);
-        assert_eq!(stat_start_time("garbage"), None);
-        let me = Writer::current().unwrap();
-        assert_eq!(me.pid, std::process::id());
-        assert!(me.is_alive());
-        assert!(!Writer {
-            start: me.start + 1,
-            ..me
-        }
-        .is_alive());
-    }
-
-    #[test]
-    fn temp_names() {
-        let name = std::ffi::OsStr::new("config.json");
-        let w = |s: &str| temp_writer(std::ffi::OsStr::new(s), name);
-        assert_eq!(
-            w(".config.json.12-345.0123456789abcdef.nvc-tmp"),
-            Some(Writer {
-                pid: 12,
-                start: 345
-            })
-        );
-        for other in [
-            "config.json",
-            ".config.json.12-345.0123456789abcdef.nvc-tmp.x",
-            ".config.json.12-unknown.0123456789abcdef.nvc-tmp",
-            ".config.json.0123456789abcdef.nvc-tmp",
-            ".config.json.12-345.0123.nvc-tmp",
-            ".other.json.12-345.0123456789abcdef.nvc-tmp",
-            ".config.jsonx.12-345.0123456789abcdef.nvc-tmp",
-        ] {
-            assert_eq!(w(other), None, "{other}");
-        }
-    }
-
-    #[test]
-    fn temp_files_of_dead_writers_are_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.json");
-        fs::write(&path, "{}").unwrap();
-        let dead = dir
-            .path()
-            .join(".config.json.7-70.0123456789abcdef.nvc-tmp");
-        let live = dir
-            .path()
-            .join(".config.json.8-80.0123456789abcdef.nvc-tmp");
-        let other = dir.path().join(".other.json.7-70.0123456789abcdef.nvc-tmp");
-        for f in [&dead, &live, &other] {
-            fs::write(f, "{\"partial").unwrap();
-        }
-        let removed = remove_stale_with(&path, &|w| w.pid == 8).unwrap();
-        assert_eq!(removed, vec![dead.clone()]);
-        assert!(!dead.exists() && live.exists() && other.exists());
-
-        // With the real process table: what dead processes left goes, a live writer's stays.
-        let me = Writer::current().unwrap();
-        let mine = dir.path().join(format!(
-            ".config.json.{}-{}.0123456789abcdef.nvc-tmp",
-            me.pid, me.start
-        ));
-        fs::write(&mine, "{").unwrap();
-        // Past the kernel's largest pid: no such process.
-        let gone = dir
-            .path()
-            .join(".config.json.99999999-1.0123456789abcdef.nvc-tmp");
-        fs::write(&gone, "{").unwrap();
-        let removed = remove_stale_temp_files(&path).unwrap();
-        assert!(
-            removed.contains(&gone) && !removed.contains(&mine),
-            "{removed:?}"
-        );
-        assert!(!gone.exists());
-        assert!(mine.exists());
     }
 }
