@@ -82,7 +82,7 @@ pub fn rootfs_from_state(state: &[u8]) -> Result<PathBuf, CdiHookError> {
     if !state.bundle.is_absolute() {
         return Err(CdiHookError::RelativeBundle(state.bundle));
     }
-    let config = spec::read_spec(&state.bundle.join("config.json"))?;
+    let config = spec::read_spec(&crate::probe::RealHost, &state.bundle.join("config.json"))?;
     Ok(spec::view(&config, &state.bundle)?.rootfs)
 }
 

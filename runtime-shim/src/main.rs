@@ -44,6 +44,8 @@ fn run(runc: &RuncArgs, args: &[OsString]) -> Result<Infallible, ShimError> {
     let runtime = runtime::find_from_env(&config.runtime.runtimes, &config_path)?;
     if runc.creates_container() {
         let bundle = bundle::bundle_dir(runc.bundle.as_deref())?;
+        // runc does not promise the hook's working directory: pass an absolute path.
+        let config_path = std::path::absolute(&config_path).unwrap_or(config_path);
         let source = ConfigSource {
             path: &config_path,
             from_env: std::env::var_os(nvc_config::CONFIG_ENV).is_some_and(|v| !v.is_empty()),

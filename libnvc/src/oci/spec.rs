@@ -8,13 +8,13 @@
 //! them with `nvc_host::files::write_atomic`, so the file is never seen half-written.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
 use crate::edits::ContainerEdits;
+use crate::probe::HostProbe;
 
 /// The largest spec [`read_spec`] accepts: real ones are a few KiB.
 pub const MAX_SPEC_SIZE: u64 = 16 << 20;
@@ -486,14 +486,19 @@ fn io_error(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SpecErro
     move |source| SpecError::Io { op, path, source }
 }
 
-/// Reads and parses the spec at `path` (at most [`MAX_SPEC_SIZE`] bytes).
-pub fn read_spec(path: &Path) -> Result<Value, SpecError> {
-    let file = File::open(path).map_err(io_error("open", path))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_SPEC_SIZE + 1)
-        .read_to_end(&mut bytes)
+/// Reads the spec at `path` through `probe` (at most [`MAX_SPEC_SIZE`] bytes) and
+/// parses it ([`parse_spec`]).
+pub fn read_spec(probe: &dyn HostProbe, path: &Path) -> Result<Value, SpecError> {
+    let (bytes, more) = probe
+        .read(path, MAX_SPEC_SIZE as usize)
         .map_err(io_error("read", path))?;
-    if bytes.len() as u64 > MAX_SPEC_SIZE {
+    parse_spec(&bytes, more, path)
+}
+
+/// Parses the spec read from `path`: `bytes`, cut at [`MAX_SPEC_SIZE`], and whether the
+/// file had `more`.
+pub fn parse_spec(bytes: &[u8], more: bool, path: &Path) -> Result<Value, SpecError> {
+    if more || bytes.len() as u64 > MAX_SPEC_SIZE {
         return Err(SpecError::TooLarge {
             path: path.to_path_buf(),
             limit: MAX_SPEC_SIZE,
@@ -502,7 +507,7 @@ pub fn read_spec(path: &Path) -> Result<Value, SpecError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(SpecError::Empty(path.to_path_buf()));
     }
-    serde_json::from_slice(&bytes).map_err(|source| SpecError::Parse {
+    serde_json::from_slice(bytes).map_err(|source| SpecError::Parse {
         path: path.to_path_buf(),
         line: source.line(),
         column: source.column(),
@@ -519,6 +524,7 @@ pub fn to_bytes(spec: &Value) -> Result<Vec<u8>, SpecError> {
 mod tests {
     use super::*;
     use crate::discover::DeviceNode;
+    use crate::probe::TreeProbe;
     use std::fs;
 
     fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
@@ -795,11 +801,11 @@ mod tests {
     fn read_spec_errors() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.json");
-        let e = read_spec(&path).unwrap_err();
-        assert!(e.to_string().starts_with("cannot open "), "{e}");
+        let e = read_spec(&TreeProbe::new(), &path).unwrap_err();
+        assert!(e.to_string().starts_with("cannot read "), "{e}");
 
         fs::write(&path, "{\n  \"root\": {\"path\": \"r\"},\n  \"x\": ]\n}").unwrap();
-        let e = read_spec(&path).unwrap_err();
+        let e = read_spec(&TreeProbe::new(), &path).unwrap_err();
         let chain = crate::report::error_chain(&e);
         assert!(
             chain.starts_with(&format!("invalid JSON in {}: ", path.display())),
@@ -818,9 +824,9 @@ mod tests {
             "{e:?}"
         );
 
-        let big = File::create(&path).unwrap();
+        let big = fs::File::create(&path).unwrap();
         big.set_len(MAX_SPEC_SIZE + 1).unwrap();
-        let e = read_spec(&path).unwrap_err();
+        let e = read_spec(&TreeProbe::new(), &path).unwrap_err();
         assert!(matches!(e, SpecError::TooLarge { .. }), "{e:?}");
     }
 
@@ -838,7 +844,7 @@ mod tests {
         let path = dir.path().join("config.json");
         for empty in ["", " \n\t"] {
             fs::write(&path, empty).unwrap();
-            let e = read_spec(&path).unwrap_err();
+            let e = read_spec(&TreeProbe::new(), &path).unwrap_err();
             assert_eq!(
                 e.to_string(),
                 format!(
@@ -852,7 +858,7 @@ mod tests {
             "{\"root\": {\"path\": \"r\"}, \"process\": {\"env\": [\"A",
         )
         .unwrap();
-        let chain = crate::report::error_chain(&read_spec(&path).unwrap_err());
+        let chain = crate::report::error_chain(&read_spec(&TreeProbe::new(), &path).unwrap_err());
         assert!(
             chain.starts_with(&format!(
                 "invalid JSON in {} (it ends early: truncated?): EOF while parsing",
@@ -861,16 +867,16 @@ mod tests {
             "{chain}"
         );
         fs::write(&path, b"{\"a\": \"\xff\"}").unwrap();
-        let chain = crate::report::error_chain(&read_spec(&path).unwrap_err());
+        let chain = crate::report::error_chain(&read_spec(&TreeProbe::new(), &path).unwrap_err());
         assert!(
             chain.contains("(a string holds bytes that are not UTF-8"),
             "{chain}"
         );
         fs::write(&path, "{\"a\": \"\\ud800\"}").unwrap();
-        let chain = crate::report::error_chain(&read_spec(&path).unwrap_err());
+        let chain = crate::report::error_chain(&read_spec(&TreeProbe::new(), &path).unwrap_err());
         assert!(chain.contains("half a surrogate pair"), "{chain}");
         fs::write(&path, "{\"root\": 1,}").unwrap();
-        let chain = crate::report::error_chain(&read_spec(&path).unwrap_err());
+        let chain = crate::report::error_chain(&read_spec(&TreeProbe::new(), &path).unwrap_err());
         assert!(!chain.contains("truncated"), "{chain}");
     }
 }

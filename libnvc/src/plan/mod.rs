@@ -163,7 +163,8 @@ impl PlanError {
 /// Where the nvc config came from: the hook entry passes it on.
 #[derive(Debug, Clone, Copy)]
 pub struct ConfigSource<'a> {
-    /// The config file read (or the default path, when none was there).
+    /// The config file read (or the default path, when none was there). Absolute when
+    /// `from_env`: runc does not promise the hook's working directory.
     pub path: &'a Path,
     /// Whether `NVC_CONFIG` named it; the hook is then told the same file.
     pub from_env: bool,
@@ -173,9 +174,11 @@ pub struct ConfigSource<'a> {
 pub fn hook_entry(config: &Config, source: &ConfigSource) -> HookEntry {
     let mut env = vec![HOOK_PATH_ENV.to_string()];
     if source.from_env {
-        // runc does not promise the hook's working directory: pass an absolute path.
-        let path = std::path::absolute(source.path).unwrap_or_else(|_| source.path.to_path_buf());
-        env.push(format!("{}={}", nvc_config::CONFIG_ENV, path.display()));
+        env.push(format!(
+            "{}={}",
+            nvc_config::CONFIG_ENV,
+            source.path.display()
+        ));
     }
     HookEntry {
         path: config.hook.path.clone(),
@@ -290,7 +293,7 @@ fn plan(
     progress: &mut Progress,
 ) -> Result<Plan, PlanError> {
     let spec_path = bundle.join("config.json");
-    let spec = spec::read_spec(&spec_path).map_err(PlanError::SpecFile)?;
+    let spec = spec::read_spec(probe, &spec_path).map_err(PlanError::SpecFile)?;
     let view = spec::view(&spec, bundle).map_err(|source| PlanError::BadSpec {
         path: spec_path.clone(),
         source,
