@@ -10,7 +10,7 @@
 //! image (about 2.5 MiB) is the floor of every RSS figure, as the `/bin/true` row shows.
 //!
 //! `std` has no `wait4`, hence the one `unsafe` block of this crate: this is a benchmark
-//! harness, not product code, and `nvc-sys` owns container-path syscalls only.
+//! harness, not product code, and `nvc-host` owns container-path syscalls only.
 
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};

@@ -120,7 +120,7 @@ mod tests {
     }
 
     fn tempfile_dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("nvc-sys-test-{}", std::process::id()));
+        let d = std::env::temp_dir().join(format!("nvc-host-test-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
         d
     }
