@@ -12,7 +12,7 @@
 //! the host's `/proc` still at `/proc`.
 //!
 //! So the hook does not enter any namespace, unlike the prestart hook
-//! ([`crate::apply`]), which runs in the runtime's namespace and must `setns` into the
+//! ([`crate::setup`]), which runs in the runtime's namespace and must `setns` into the
 //! container's through its pid. Here that pid is useless: runc reports `getpid()` of its
 //! init, which inside a new pid namespace is 1, and `/proc/1` is the *host's* init, whose
 //! mount namespace is the host's. The hook instead finds the rootfs as NVIDIA's
@@ -91,12 +91,12 @@ pub fn rootfs_from_state(state: &[u8]) -> Result<PathBuf, CdiHookError> {
 pub fn run(hook: &CdiHook, state: &[u8]) -> Result<(), CdiHookError> {
     let rootfs = rootfs_from_state(state)?;
     let root = ContainerRoot::open(&rootfs)?;
-    apply(hook, &root)
+    run_in(hook, &root)
 }
 
 /// Does `hook`'s work in the container whose rootfs is `root`. Running it again changes
 /// nothing.
-pub fn apply(hook: &CdiHook, root: &ContainerRoot) -> Result<(), CdiHookError> {
+pub fn run_in(hook: &CdiHook, root: &ContainerRoot) -> Result<(), CdiHookError> {
     match hook {
         CdiHook::Links(links) => {
             for link in links {
@@ -267,11 +267,11 @@ mod tests {
             compat_above: None,
         };
         let root = ContainerRoot::open(&rootfs).unwrap();
-        apply(&links, &root).unwrap();
-        apply(&ldcache, &root).unwrap();
+        run_in(&links, &root).unwrap();
+        run_in(&ldcache, &root).unwrap();
         let first = std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap();
-        apply(&links, &root).unwrap();
-        apply(&ldcache, &root).unwrap();
+        run_in(&links, &root).unwrap();
+        run_in(&ldcache, &root).unwrap();
         assert_eq!(
             std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap(),
             first

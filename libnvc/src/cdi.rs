@@ -180,8 +180,8 @@ pub struct Spec {
     #[serde(default)]
     pub devices: Vec<Device>,
     /// Edits applied once whenever any device of the spec is used.
-    #[serde(default, skip_serializing_if = "ContainerEdits::is_empty")]
-    pub container_edits: ContainerEdits,
+    #[serde(default, skip_serializing_if = "CdiEdits::is_empty")]
+    pub container_edits: CdiEdits,
 }
 
 /// One named device.
@@ -191,38 +191,38 @@ pub struct Device {
     /// The name, unqualified: `0`, `GPU-…`, `0:1`, `all`.
     pub name: String,
     /// What using the device adds to a container.
-    pub container_edits: ContainerEdits,
+    pub container_edits: CdiEdits,
 }
 
 /// CDI's `containerEdits`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ContainerEdits {
+pub struct CdiEdits {
     /// `KEY=VALUE`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
     /// Device nodes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub device_nodes: Vec<DeviceNode>,
+    pub device_nodes: Vec<CdiDeviceNode>,
     /// OCI hooks.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hooks: Vec<Hook>,
+    pub hooks: Vec<CdiHookEntry>,
     /// Bind mounts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mounts: Vec<Mount>,
+    pub mounts: Vec<CdiMount>,
 }
 
-impl ContainerEdits {
+impl CdiEdits {
     /// Whether there is nothing to do.
     pub fn is_empty(&self) -> bool {
-        *self == ContainerEdits::default()
+        *self == CdiEdits::default()
     }
 }
 
 /// CDI's `deviceNode`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct DeviceNode {
+pub struct CdiDeviceNode {
     /// The node's path in the container.
     pub path: String,
     /// The node on the host.
@@ -251,7 +251,7 @@ pub struct DeviceNode {
 /// CDI's `hook`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Hook {
+pub struct CdiHookEntry {
     /// The OCI stage, [`HOOK_STAGE`].
     pub hook_name: String,
     /// The executable, absolute, on the host.
@@ -267,7 +267,7 @@ pub struct Hook {
 /// CDI's `mount`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Mount {
+pub struct CdiMount {
     /// The file on the host.
     pub host_path: String,
     /// Where it goes in the container.
@@ -325,8 +325,8 @@ fn utf8(path: &Path) -> Result<String, CdiError> {
         .ok_or_else(|| CdiError::NotUtf8(path.to_path_buf()))
 }
 
-fn device_node(node: &discover::DeviceNode) -> Result<DeviceNode, CdiError> {
-    Ok(DeviceNode {
+fn device_node(node: &discover::DeviceNode) -> Result<CdiDeviceNode, CdiError> {
+    Ok(CdiDeviceNode {
         path: utf8(&node.path)?,
         host_path: Some(utf8(&node.host_path)?),
         kind: Some("c".to_string()),
@@ -338,8 +338,8 @@ fn device_node(node: &discover::DeviceNode) -> Result<DeviceNode, CdiError> {
     })
 }
 
-fn nodes(list: &[&discover::DeviceNode]) -> Result<Vec<DeviceNode>, CdiError> {
-    let mut out: Vec<DeviceNode> = Vec::new();
+fn nodes(list: &[&discover::DeviceNode]) -> Result<Vec<CdiDeviceNode>, CdiError> {
+    let mut out: Vec<CdiDeviceNode> = Vec::new();
     for node in list {
         let node = device_node(node)?;
         if !out.iter().any(|n| n.path == node.path) {
@@ -375,9 +375,9 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
     let mut devices = Vec::new();
     let mut all_nodes: Vec<&discover::DeviceNode> = Vec::new();
     for gpu in &driver.gpus {
-        let device_edits = ContainerEdits {
+        let device_edits = CdiEdits {
             device_nodes: nodes(&[&gpu.node])?,
-            ..ContainerEdits::default()
+            ..CdiEdits::default()
         };
         let names: Vec<String> = match options.strategy {
             NameStrategy::Index => vec![gpu.index.to_string()],
@@ -400,9 +400,9 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
             list.extend(mig.caps.iter());
             devices.push(Device {
                 name: format!("{}:{}", gpu.index, mig.index),
-                container_edits: ContainerEdits {
+                container_edits: CdiEdits {
                     device_nodes: nodes(&list)?,
-                    ..ContainerEdits::default()
+                    ..CdiEdits::default()
                 },
             });
             all_nodes.extend(mig.caps.iter());
@@ -410,16 +410,16 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
     }
     devices.push(Device {
         name: ALL_DEVICE.to_string(),
-        container_edits: ContainerEdits {
+        container_edits: CdiEdits {
             device_nodes: nodes(&all_nodes)?,
-            ..ContainerEdits::default()
+            ..CdiEdits::default()
         },
     });
 
     let control: Vec<&discover::DeviceNode> = edits.device_nodes.iter().collect();
     let mut mounts = Vec::new();
     for m in &edits.mounts {
-        mounts.push(Mount {
+        mounts.push(CdiMount {
             host_path: utf8(&m.host_path)?,
             container_path: utf8(&m.container_path)?,
             options: m.options.clone(),
@@ -446,7 +446,7 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
         });
     }
     for hook in wanted {
-        spec_hooks.push(Hook {
+        spec_hooks.push(CdiHookEntry {
             hook_name: HOOK_STAGE.to_string(),
             path: hook_path.clone(),
             args: hook.args()?,
@@ -458,7 +458,7 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
         cdi_version: CDI_VERSION.to_string(),
         kind: KIND.to_string(),
         devices,
-        container_edits: ContainerEdits {
+        container_edits: CdiEdits {
             env: vec![VISIBLE_DEVICES_VOID.to_string()],
             device_nodes: nodes(&control)?,
             hooks: spec_hooks,
@@ -582,7 +582,7 @@ mod tests {
         }
     }
 
-    fn node_names(edits: &ContainerEdits) -> Vec<String> {
+    fn node_names(edits: &CdiEdits) -> Vec<String> {
         edits
             .device_nodes
             .iter()
@@ -658,8 +658,8 @@ mod tests {
             kind: KIND.into(),
             devices: vec![Device {
                 name: "0".into(),
-                container_edits: ContainerEdits {
-                    device_nodes: vec![DeviceNode {
+                container_edits: CdiEdits {
+                    device_nodes: vec![CdiDeviceNode {
                         path: "/dev/nvidia0".into(),
                         host_path: Some("/dev/nvidia0".into()),
                         kind: Some("c".into()),
@@ -669,18 +669,18 @@ mod tests {
                         uid: Some(0),
                         gid: Some(0),
                     }],
-                    ..ContainerEdits::default()
+                    ..CdiEdits::default()
                 },
             }],
-            container_edits: ContainerEdits {
+            container_edits: CdiEdits {
                 env: vec![VISIBLE_DEVICES_VOID.into()],
-                hooks: vec![Hook {
+                hooks: vec![CdiHookEntry {
                     hook_name: HOOK_STAGE.into(),
                     path: "/usr/bin/nvc-hook".into(),
                     args: vec!["nvc-hook".into(), "update-ldcache".into()],
                     env: vec![HOOK_ENV_PATH.into()],
                 }],
-                ..ContainerEdits::default()
+                ..CdiEdits::default()
             },
         };
         for format in [Format::Json, Format::Yaml] {
