@@ -19,7 +19,7 @@
 //! `nvidia-cdi-hook` does: the state's `bundle`, its `config.json`, `root.path` (joined to
 //! the bundle when relative), and works on that path in the namespace it was started in,
 //! where the container's mounts are visible. It must therefore only ever run at the
-//! `createContainer` stage; the spec [`super::generate`] writes puts it nowhere else.
+//! `createContainer` stage; the spec `libnvc::cdi::generate` writes puts it nowhere else.
 //!
 //! The rootfs is hostile, and the hook runs as the runtime's root with every
 //! capability. As everywhere in nvc, it touches the rootfs only through
