@@ -11,7 +11,12 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use nvc_engines::files::{backup_once, backup_path, CONFIG_WRITE};
-use nvc_engines::{self, containerd, crio, docker, podman, Source};
+use nvc_engines::{self, Source};
+
+mod containerd;
+mod crio;
+mod docker;
+mod podman;
 use nvc_host::files::{self, Symlink};
 
 /// `println!` that ignores a closed stdout (`nvc ... --dry-run | head`).
@@ -114,14 +119,14 @@ pub enum ConfigureError {
         path: PathBuf,
         /// What is wrong.
         #[source]
-        source: docker::DockerError,
+        source: nvc_engines::docker::DockerError,
     },
     /// containerd's files cannot be used.
     #[error("cannot update containerd's configuration; nothing was written, fix it and run again")]
-    Containerd(#[source] containerd::ContainerdError),
+    Containerd(#[source] nvc_engines::containerd::ContainerdError),
     /// CRI-O's files cannot be used.
     #[error("cannot read CRI-O's configuration; nothing was written, fix it and run again")]
-    Crio(#[source] crio::CrioError),
+    Crio(#[source] nvc_engines::crio::CrioError),
     /// The hooks.d file cannot be used.
     #[error("cannot update {path}; nothing was written, fix it or move it away and run again")]
     Podman {
@@ -129,7 +134,7 @@ pub enum ConfigureError {
         path: PathBuf,
         /// What is wrong.
         #[source]
-        source: podman::PodmanError,
+        source: nvc_engines::podman::PodmanError,
     },
     /// A file where nvc puts its drop-in belongs to someone else.
     #[error(
@@ -247,10 +252,10 @@ pub fn run(args: &ConfigureArgs) -> Result<(), ConfigureError> {
     };
     let mut warnings = Vec::new();
     let changes = match args.runtime {
-        Engine::Docker => docker_changes(args)?,
-        Engine::Containerd => containerd_changes(args, &mut warnings)?,
-        Engine::Crio => crio_changes(args, &mut warnings)?,
-        Engine::Podman => podman_changes(args)?,
+        Engine::Docker => docker::changes(args)?,
+        Engine::Containerd => containerd::changes(args, &mut warnings)?,
+        Engine::Crio => crio::changes(args, &mut warnings)?,
+        Engine::Podman => podman::changes(args)?,
     };
     if !args.revert && !args.runtime_path.exists() && args.runtime != Engine::Podman {
         warnings.push(format!(
@@ -358,301 +363,8 @@ fn path_str(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-fn docker_changes(args: &ConfigureArgs) -> Result<Vec<Change>, ConfigureError> {
-    let path = args
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DOCKER_CONFIG));
-    let old = files::read_optional(&path)?;
-    let text = old.as_deref().unwrap_or("");
-    let runtime_path = path_str(&args.runtime_path);
-    let result = if args.revert {
-        docker::unconfigure(text, &args.runtime_name)
-    } else {
-        docker::configure(
-            text,
-            &docker::DockerOptions {
-                runtime_name: &args.runtime_name,
-                runtime_path: &runtime_path,
-                set_as_default: args.set_as_default,
-                cdi: args.cdi,
-            },
-        )
-    };
-    let new = result.map_err(|source| ConfigureError::Docker {
-        path: path.clone(),
-        source,
-    })?;
-    let mut changes = Vec::new();
-    // Reverting a missing file leaves it missing.
-    if old.is_some() || !args.revert {
-        changes.push(Change::Write {
-            path,
-            old,
-            new,
-            backup: true,
-        });
-    }
-    if args.gpus_alias {
-        changes.extend(gpus_alias(args)?);
-    }
-    Ok(changes)
-}
-
-/// The `nvidia-container-runtime-hook` link for `docker run --gpus`: relative when it
-/// sits next to nvc-hook, so the pair can move together.
-fn gpus_alias(args: &ConfigureArgs) -> Result<Option<Change>, ConfigureError> {
-    let hook = hook_path(args)?;
-    let hook_dir = hook.parent().unwrap_or_else(|| Path::new("/"));
-    let dir = args.alias_dir.as_deref().unwrap_or(hook_dir);
-    let path = dir.join(GPUS_HOOK_NAME);
-    let target = match hook.file_name() {
-        Some(name) if dir == hook_dir => PathBuf::from(name),
-        _ => hook.clone(),
-    };
-    let old = match fs::symlink_metadata(&path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            Some(fs::read_link(&path).map_err(|source| ConfigureError::Stat {
-                path: path.clone(),
-                source,
-            })?)
-        }
-        Ok(_) => return Err(ConfigureError::AliasExists { path }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(source) => return Err(ConfigureError::Stat { path, source }),
-    };
-    if args.revert {
-        // Only a link to nvc-hook is nvc's to remove.
-        let ours = old.as_ref().is_some_and(|o| *o == target || *o == hook);
-        return Ok(ours.then_some(Change::Remove { path }));
-    }
-    Ok(Some(Change::Link { path, target, old }))
-}
-
-fn containerd_changes(
-    args: &ConfigureArgs,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<Change>, ConfigureError> {
-    let config = args
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(CONTAINERD_CONFIG));
-    let drop_in = args.drop_in.clone().unwrap_or_else(|| {
-        config
-            .parent()
-            .unwrap_or_else(|| Path::new("/etc/containerd"))
-            .join("conf.d/99-nvc.toml")
-    });
-    let old_main = files::read_optional(&config)?;
-    let old_drop_in = own_drop_in(&drop_in)?;
-    let main_text = old_main.as_deref().unwrap_or("");
-    let main = Source {
-        path: &config,
-        text: main_text,
-    };
-
-    if args.revert {
-        let mut changes = Vec::new();
-        // The import goes only if nvc added it: the pre-nvc original lacks it.
-        let original = match old_main {
-            Some(_) => files::read_optional(&backup_path(&config))?,
-            None => None,
-        };
-        if let Some(original) = original {
-            let original = Source {
-                path: &config,
-                text: &original,
-            };
-            let imports = containerd::imports(original).map_err(ConfigureError::Containerd)?;
-            let had_it = imports
-                .iter()
-                .any(|i| containerd::import_matches(&config, i, &drop_in));
-            let had_imports =
-                containerd::has_imports_key(original).map_err(ConfigureError::Containerd)?;
-            if !had_it {
-                let new = containerd::unconfigure(main, &drop_in, had_imports)
-                    .map_err(ConfigureError::Containerd)?;
-                changes.push(Change::Write {
-                    path: config.clone(),
-                    old: old_main.clone(),
-                    new,
-                    backup: false,
-                });
-            }
-        }
-        if old_drop_in.is_some() {
-            changes.push(Change::Remove { path: drop_in });
-        }
-        return Ok(changes);
-    }
-
-    let runtime_path = path_str(&args.runtime_path);
-    let opts = containerd::ContainerdOptions {
-        runtime_name: &args.runtime_name,
-        runtime_path: &runtime_path,
-        set_as_default: args.set_as_default,
-        cdi: args.cdi,
-        config_path: &config,
-        drop_in_path: &drop_in,
-    };
-    // First the main file alone, for its imports once nvc's is there; then the files
-    // containerd loads before the drop-in, which shape what it must hold.
-    let first = containerd::configure(&[main], &opts).map_err(ConfigureError::Containerd)?;
-    let order = containerd_load_order(&config, &first.config, &drop_in, warnings)?;
-    let at = order.iter().position(|(p, _)| *p == drop_in);
-    let (before, after) = match at {
-        Some(i) => (&order[..i], &order[i + 1..]),
-        None => (&order[..], &order[..0]),
-    };
-    let mut sources = vec![main];
-    sources.extend(before.iter().map(|(path, text)| Source { path, text }));
-    let plan = containerd::configure(&sources, &opts).map_err(ConfigureError::Containerd)?;
-    for (path, text) in after {
-        let source = Source { path, text };
-        if containerd::overrides_drop_in(source, plan.version, &args.runtime_name)
-            .map_err(ConfigureError::Containerd)?
-        {
-            warnings.push(format!(
-                "{} is loaded after {} and overrides its CRI settings: containerd may not see the {:?} runtime",
-                path.display(),
-                drop_in.display(),
-                args.runtime_name
-            ));
-        }
-    }
-    let newly_imported: Vec<String> = before
-        .iter()
-        .chain(after)
-        .filter(|(p, _)| p.parent() == drop_in.parent())
-        .filter(|(p, _)| {
-            !containerd::imports(main)
-                .unwrap_or_default()
-                .iter()
-                .any(|i| containerd::import_matches(&config, i, p))
-        })
-        .map(|(p, _)| p.display().to_string())
-        .collect();
-    if !newly_imported.is_empty() {
-        warnings.push(format!(
-            "the import {} also loads {}, not imported before",
-            containerd::drop_in_glob(&drop_in),
-            newly_imported.join(", ")
-        ));
-    }
-    Ok(vec![
-        Change::Write {
-            path: drop_in,
-            old: old_drop_in,
-            new: plan.drop_in,
-            backup: false,
-        },
-        Change::Write {
-            path: config,
-            old: old_main,
-            new: plan.config,
-            backup: true,
-        },
-    ])
-}
-
-/// The files containerd loads after the main one, in its order (breadth first, each
-/// glob's matches sorted), with the drop-in in its place whether it exists yet or not.
-/// The drop-in's text is not read (empty).
-fn containerd_load_order(
-    config: &Path,
-    main_text: &str,
-    drop_in: &Path,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<(PathBuf, String)>, ConfigureError> {
-    let mut order: Vec<(PathBuf, String)> = Vec::new();
-    let mut loaded = vec![config.to_path_buf()];
-    let mut pending: Vec<(PathBuf, String)> = vec![(config.to_path_buf(), main_text.to_string())];
-    while !pending.is_empty() {
-        let (path, text) = pending.remove(0);
-        let imports = containerd::imports(Source {
-            path: &path,
-            text: &text,
-        })
-        .map_err(ConfigureError::Containerd)?;
-        for import in imports {
-            for file in expand_import(&path, &import, drop_in, warnings)? {
-                if loaded.contains(&file) {
-                    continue;
-                }
-                loaded.push(file.clone());
-                if file == drop_in {
-                    order.push((file, String::new()));
-                    continue;
-                }
-                match files::read_optional(&file)? {
-                    Some(text) => {
-                        order.push((file.clone(), text.clone()));
-                        pending.push((file, text));
-                    }
-                    None => warnings.push(format!(
-                        "{} imports {}, which does not exist: containerd will not start",
-                        path.display(),
-                        file.display()
-                    )),
-                }
-            }
-        }
-    }
-    Ok(order)
-}
-
-/// The files an import names: itself, or a glob's matches in name order (wildcards in
-/// the last component only), counting the drop-in as present.
-fn expand_import(
-    config: &Path,
-    import: &str,
-    drop_in: &Path,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<PathBuf>, ConfigureError> {
-    let resolved = containerd::resolve_import(config, import);
-    if !import.contains(['*', '?']) {
-        return Ok(vec![resolved]);
-    }
-    let (Some(dir), Some(pattern)) = (resolved.parent(), resolved.file_name()) else {
-        return Ok(Vec::new());
-    };
-    if dir.to_string_lossy().contains(['*', '?']) {
-        warnings.push(format!(
-            "cannot follow the import {import:?} of {} (wildcards in a directory)",
-            config.display()
-        ));
-        return Ok(Vec::new());
-    }
-    let pattern = pattern.to_string_lossy();
-    let mut found = Vec::new();
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => Some(e),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(source) => {
-            return Err(ConfigureError::Stat {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
-    };
-    for entry in entries.into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if containerd::glob_component(&pattern, &name) {
-            found.push(dir.join(name));
-        }
-    }
-    if drop_in.parent() == Some(dir)
-        && !found.iter().any(|f| f == drop_in)
-        && containerd::import_matches(config, import, drop_in)
-    {
-        found.push(drop_in.to_path_buf());
-    }
-    found.sort();
-    Ok(found)
-}
-
 /// The drop-in's current text, refusing a file nvc did not write.
-fn own_drop_in(path: &Path) -> Result<Option<String>, ConfigureError> {
+pub(super) fn own_drop_in(path: &Path) -> Result<Option<String>, ConfigureError> {
     let text = files::read_optional(path)?;
     match text {
         Some(t) if !nvc_engines::written_by_nvc(&t) => Err(ConfigureError::ForeignDropIn {
@@ -661,129 +373,6 @@ fn own_drop_in(path: &Path) -> Result<Option<String>, ConfigureError> {
         }),
         other => Ok(other),
     }
-}
-
-fn crio_changes(
-    args: &ConfigureArgs,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<Change>, ConfigureError> {
-    let config = args
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(CRIO_CONFIG));
-    let drop_in = args
-        .drop_in
-        .clone()
-        .unwrap_or_else(|| crio::default_drop_in(&config));
-    let old = own_drop_in(&drop_in)?;
-    if args.revert {
-        return Ok(old
-            .map(|_| Change::Remove { path: drop_in })
-            .into_iter()
-            .collect());
-    }
-    // CRI-O reads crio.conf, then every file of crio.conf.d in name order.
-    let mut texts: Vec<(PathBuf, String)> = Vec::new();
-    if let Some(text) = files::read_optional(&config)? {
-        texts.push((config.clone(), text));
-    }
-    let dir = drop_in
-        .parent()
-        .unwrap_or_else(|| Path::new("/etc/crio/crio.conf.d"));
-    let mut others: Vec<PathBuf> = match fs::read_dir(dir) {
-        Ok(entries) => entries
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-            .map(|e| e.path())
-            .filter(|p| *p != drop_in)
-            .collect(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-        Err(source) => {
-            return Err(ConfigureError::Stat {
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
-    };
-    others.sort();
-    let mut later = Vec::new();
-    for path in others {
-        if let Some(text) = files::read_optional(&path)? {
-            if path.file_name() > drop_in.file_name() {
-                later.push((path, text));
-            } else {
-                texts.push((path, text));
-            }
-        }
-    }
-    let runtime_path = path_str(&args.runtime_path);
-    let opts = crio::CrioOptions {
-        runtime_name: &args.runtime_name,
-        runtime_path: &runtime_path,
-        set_as_default: args.set_as_default,
-    };
-    let sources: Vec<Source<'_>> = texts
-        .iter()
-        .map(|(path, text)| Source { path, text })
-        .collect();
-    let new = crio::configure(&sources, &opts).map_err(ConfigureError::Crio)?;
-    for (path, text) in &later {
-        if let Some(key) =
-            crio::overridden_by(Source { path, text }, &opts).map_err(ConfigureError::Crio)?
-        {
-            warnings.push(format!(
-                "{} is read after {} and sets {key} too: its value wins",
-                path.display(),
-                drop_in.display()
-            ));
-        }
-    }
-    Ok(vec![Change::Write {
-        path: drop_in,
-        old,
-        new,
-        backup: false,
-    }])
-}
-
-fn podman_changes(args: &ConfigureArgs) -> Result<Vec<Change>, ConfigureError> {
-    let path = args
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(PODMAN_HOOK));
-    let hook = hook_path(args)?;
-    let hook_str = path_str(&hook);
-    let old = files::read_optional(&path)?;
-    if args.revert {
-        return match old {
-            None => Ok(Vec::new()),
-            Some(text) if podman::runs_hook(&text, &hook_str) => Ok(vec![Change::Remove { path }]),
-            Some(_) => Err(ConfigureError::ForeignHookFile { path, hook }),
-        };
-    }
-    let new = podman::configure(
-        old.as_deref().unwrap_or(""),
-        &podman::PodmanOptions {
-            hook_path: &hook_str,
-            timeout: hook_runtime_timeout()?,
-        },
-    )
-    .map_err(|source| ConfigureError::Podman {
-        path: path.clone(),
-        source,
-    })?;
-    if !hook.exists() {
-        eprintln!(
-            "nvc: warning: {} does not exist yet: podman refuses hook files whose hook is missing",
-            libnvc::report::sanitize(&hook.display().to_string())
-        );
-    }
-    Ok(vec![Change::Write {
-        path,
-        old,
-        new,
-        backup: true,
-    }])
 }
 
 impl Change {
