@@ -21,6 +21,7 @@ mod setup;
 mod spec;
 mod sweep;
 mod tree;
+pub mod trees;
 
 pub use bundle::{
     bounding_set, default_config, Bundle, ALL_CAPABILITIES, DEFAULT_CAPABILITIES, DEFAULT_PATH_ENV,

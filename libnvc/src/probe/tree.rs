@@ -1,9 +1,9 @@
 //! A [`HostProbe`] over a plain directory tree, for tests without root: a committed fake
 //! driver tree (`testdata/driver-roots/<scenario>`) or one a test writes. Files, folders
 //! and links are read as they are; what git and an unprivileged user cannot make is
-//! declared: device nodes (a placeholder file plus a line of `devices.txt`), the CUDA
-//! version libcuda would report and NVML's answers. Only built for tests (the `testkit`
-//! feature).
+//! declared: device nodes, sockets and pipes (a placeholder file plus a line of
+//! `devices.txt`), the CUDA version libcuda would report and NVML's answers. Only built
+//! for tests (the `testkit` feature).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -15,8 +15,15 @@ use std::path::{Path, PathBuf};
 use super::{FileKind, HostProbe, ProbeError, Stat};
 use crate::discover::GpuDetails;
 
-/// The file of a tree that declares its device nodes: one per line,
-/// `<path relative to the tree> c <major> <minor> [<octal mode>]`; `#` starts a comment.
+/// The file of a tree that declares its special files, one per line, the path relative
+/// to the tree:
+///
+/// - `<path> c <major> <minor> [<octal mode>]`: a character device (mode `0666` unless
+///   given);
+/// - `<path> s [<octal mode>]`: a unix socket (mode `0777` unless given);
+/// - `<path> p [<octal mode>]`: a named pipe (mode `0666` unless given).
+///
+/// `#` starts a comment.
 pub const DEVICES_FILE: &str = "devices.txt";
 
 /// A probe that reads a tree and answers the rest from what it was told.
@@ -29,49 +36,35 @@ pub struct TreeProbe {
 }
 
 impl TreeProbe {
+    /// [`DEVICES_FILE`], for callers outside this module.
+    pub const DEVICES_FILE: &'static str = DEVICES_FILE;
+
     /// A probe with no device node, no libcuda answer and no NVML.
     pub fn new() -> Self {
         TreeProbe::default()
     }
 
-    /// The probe for the tree at `root`, with the device nodes its `devices.txt` declares
+    /// The probe for the tree at `root`, with the special files its `devices.txt` declares
     /// (none when it has none).
     pub fn for_tree(root: &Path) -> io::Result<Self> {
-        let mut probe = TreeProbe::new();
         let text = match std::fs::read_to_string(root.join(DEVICES_FILE)) {
             Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(probe),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(TreeProbe::new()),
             Err(e) => return Err(e),
         };
+        let mut probe = TreeProbe::new();
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
                 continue;
             }
-            let bad = || {
+            let (path, stat) = parse_declaration(line).ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!("{DEVICES_FILE} line {}: {line:?}", n + 1),
                 )
-            };
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let (path, kind, major, minor) = match f.as_slice() {
-                [p, k, ma, mi] | [p, k, ma, mi, _] => (*p, *k, *ma, *mi),
-                _ => return Err(bad()),
-            };
-            if kind != "c" {
-                return Err(bad());
-            }
-            let mode = match f.get(4) {
-                Some(m) => u32::from_str_radix(m, 8).map_err(|_| bad())?,
-                None => 0o666,
-            };
-            probe = probe.with_device(
-                root.join(path),
-                major.parse().map_err(|_| bad())?,
-                minor.parse().map_err(|_| bad())?,
-                mode,
-            );
+            })?;
+            probe.devices.insert(root.join(path), stat);
         }
         Ok(probe)
     }
@@ -86,15 +79,15 @@ impl TreeProbe {
     ) -> Self {
         self.devices.insert(
             path.into(),
-            Stat {
-                kind: FileKind::CharDevice,
-                mode,
-                uid: 0,
-                gid: 0,
-                major,
-                minor,
-            },
+            special(FileKind::CharDevice, mode, major, minor),
         );
+        self
+    }
+
+    /// `path` reads as a unix socket with permission bits `mode`.
+    pub fn with_socket(mut self, path: impl Into<PathBuf>, mode: u32) -> Self {
+        self.devices
+            .insert(path.into(), special(FileKind::Socket, mode, 0, 0));
         self
     }
 
@@ -118,6 +111,47 @@ impl TreeProbe {
 
     fn declared(&self, path: &Path) -> Option<Stat> {
         self.devices.get(path).copied()
+    }
+}
+
+/// A special file owned by root.
+fn special(kind: FileKind, mode: u32, major: u32, minor: u32) -> Stat {
+    Stat {
+        kind,
+        mode: mode & 0o7777,
+        uid: 0,
+        gid: 0,
+        major,
+        minor,
+    }
+}
+
+/// One line of [`DEVICES_FILE`], comment and blanks removed: the path and what it is.
+fn parse_declaration(line: &str) -> Option<(&str, Stat)> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let mode = |field: Option<&&str>, default: u32| match field {
+        Some(m) => u32::from_str_radix(m, 8).ok().filter(|m| *m <= 0o7777),
+        None => Some(default),
+    };
+    match fields.as_slice() {
+        [path, "c", major, minor, rest @ ..] if rest.len() <= 1 => Some((
+            path,
+            special(
+                FileKind::CharDevice,
+                mode(rest.first(), 0o666)?,
+                major.parse().ok()?,
+                minor.parse().ok()?,
+            ),
+        )),
+        [path, "s", rest @ ..] if rest.len() <= 1 => Some((
+            path,
+            special(FileKind::Socket, mode(rest.first(), 0o777)?, 0, 0),
+        )),
+        [path, "p", rest @ ..] if rest.len() <= 1 => Some((
+            path,
+            special(FileKind::Fifo, mode(rest.first(), 0o666)?, 0, 0),
+        )),
+        _ => None,
     }
 }
 
@@ -227,5 +261,106 @@ impl HostProbe for TreeProbe {
                     })
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Path, kind, mode, major, minor.
+    type Declared<'a> = (&'a str, FileKind, u32, u32, u32);
+
+    #[test]
+    fn declarations_of_each_kind() {
+        let cases: &[(&str, Option<Declared>)] = &[
+            (
+                "dev/nvidia0 c 195 0",
+                Some(("dev/nvidia0", FileKind::CharDevice, 0o666, 195, 0)),
+            ),
+            (
+                "dev/nvidia-caps/nvidia-cap1 c 241 1 0400",
+                Some((
+                    "dev/nvidia-caps/nvidia-cap1",
+                    FileKind::CharDevice,
+                    0o400,
+                    241,
+                    1,
+                )),
+            ),
+            (
+                "root/run/nvidia-persistenced/socket s",
+                Some((
+                    "root/run/nvidia-persistenced/socket",
+                    FileKind::Socket,
+                    0o777,
+                    0,
+                    0,
+                )),
+            ),
+            (
+                "root/tmp/nvidia-mps/control p 0600",
+                Some(("root/tmp/nvidia-mps/control", FileKind::Fifo, 0o600, 0, 0)),
+            ),
+            ("dev/nvidia0 b 195 0", None),
+            ("dev/nvidia0 c 195", None),
+            ("dev/nvidia0 c 195 x", None),
+            ("dev/nvidia0 c 195 0 0999", None),
+            ("dev/nvidia0 c 195 0 17777", None),
+            ("dev/nvidia0 c 195 0 0666 extra", None),
+            ("sock s 0777 extra", None),
+            ("lonely", None),
+        ];
+        for (line, want) in cases {
+            let got = parse_declaration(line).map(|(p, s)| (p, s.kind, s.mode, s.major, s.minor));
+            assert_eq!(got, *want, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_tree_reads_as_declared() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("dev")).unwrap();
+        std::fs::create_dir_all(root.join("run")).unwrap();
+        std::fs::write(root.join("dev/nvidiactl"), b"").unwrap();
+        std::fs::write(root.join("run/socket"), b"").unwrap();
+        std::fs::write(root.join("plain"), b"x").unwrap();
+        std::fs::write(
+            root.join(DEVICES_FILE),
+            "# the nodes\ndev/nvidiactl c 195 255 0666 # control\n\nrun/socket s\n",
+        )
+        .unwrap();
+        let probe = TreeProbe::for_tree(root).unwrap();
+        let ctl = probe.lstat(&root.join("dev/nvidiactl")).unwrap();
+        assert_eq!(
+            (ctl.kind, ctl.major, ctl.minor, ctl.mode, ctl.uid),
+            (FileKind::CharDevice, 195, 255, 0o666, 0)
+        );
+        assert_eq!(
+            probe.stat(&root.join("run/socket")).unwrap().kind,
+            FileKind::Socket
+        );
+        assert_eq!(
+            probe.stat(&root.join("plain")).unwrap().kind,
+            FileKind::File
+        );
+        assert_eq!(
+            probe.read_dir(&root.join("dev")).unwrap(),
+            [OsString::from("nvidiactl")]
+        );
+
+        std::fs::write(root.join(DEVICES_FILE), "dev/nvidiactl c 195\n").unwrap();
+        let err = TreeProbe::for_tree(root).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("line 1"), "{err}");
+
+        let socket = TreeProbe::new().with_socket(root.join("plain"), 0o700);
+        let stat = socket.stat(&root.join("plain")).unwrap();
+        assert_eq!((stat.kind, stat.mode), (FileKind::Socket, 0o700));
+
+        let none = tempfile::tempdir().unwrap();
+        let probe = TreeProbe::for_tree(none.path()).unwrap();
+        assert!(probe.cuda_driver_version(Path::new("/x")).is_err());
     }
 }

@@ -1,0 +1,333 @@
+//! CDI specs (`libnvc::cdi::generate`, what `nvc cdi generate` writes) for the committed
+//! driver trees (`testdata/driver-roots`), read through `libnvc::probe::TreeProbe`: no
+//! root, no GPU.
+//!
+//! Each scenario's spec is compared with `testdata/driver-roots/golden/cdi/<scenario>.yaml`,
+//! where `$TREE` stands for the scenario's folder. After an intended change, run
+//! `NVC_BLESS=1 cargo test -p nvc-tests --test trees_cdi` to rewrite them, and review the
+//! diff.
+
+// The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+
+use libnvc::cdi::{self, CdiError, Format, GenerateOptions, NameStrategy, Spec};
+use libnvc::discover::{discover, Driver};
+use nvc_tests::trees::{self, DriverTree};
+use serde_json::{json, Value};
+
+const HOOK: &str = "/usr/bin/nvc-hook";
+const LIB: &str = "/usr/lib/x86_64-linux-gnu";
+const HOOK_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn driver(name: &str) -> (DriverTree, Driver) {
+    let tree = DriverTree::committed(name);
+    let d = discover(&tree.roots(), &tree.probe().unwrap()).unwrap();
+    (tree, d)
+}
+
+fn generate(d: &Driver, strategy: NameStrategy) -> Spec {
+    let options = GenerateOptions {
+        strategy,
+        ..GenerateOptions::new(HOOK)
+    };
+    cdi::generate(d, &options).unwrap()
+}
+
+fn as_json(spec: &Spec) -> Value {
+    serde_json::from_str(&spec.to_string_as(Format::Json).unwrap()).unwrap()
+}
+
+fn names(spec: &Spec) -> Vec<String> {
+    spec.devices.iter().map(|d| d.name.clone()).collect()
+}
+
+/// The device nodes of a containerEdits as "path major:minor".
+fn spec_nodes(edits: &Value) -> Vec<String> {
+    edits["deviceNodes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|n| {
+                    format!(
+                        "{} {}:{}",
+                        n["path"].as_str().unwrap(),
+                        n["major"],
+                        n["minor"]
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn device<'a>(spec: &'a Value, name: &str) -> &'a Value {
+    spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == name)
+        .unwrap_or_else(|| panic!("no device {name} in {spec:#}"))
+}
+
+#[test]
+fn every_scenarios_spec_matches_its_golden() {
+    for s in trees::SCENARIOS {
+        let (tree, d) = driver(s.name);
+        let spec = generate(&d, NameStrategy::Index);
+        let yaml = spec.to_string_as(Format::Yaml).unwrap();
+        let dir = tree.dir.to_str().unwrap();
+        assert!(yaml.contains(dir), "{}: no host path in the spec?", s.name);
+        let portable = yaml.replace(dir, "$TREE");
+        trees::assert_golden(&format!("cdi/{}.yaml", s.name), &portable);
+        // The golden is a spec: read back, with the folder put in, it is this one.
+        assert_eq!(
+            Spec::parse(&portable.replace("$TREE", dir)).unwrap(),
+            spec,
+            "{}",
+            s.name
+        );
+    }
+}
+
+#[test]
+fn generated_spec_describes_the_fake_driver() {
+    let (tree, d) = driver("basic-2gpu");
+    let spec = as_json(&generate(&d, NameStrategy::Index));
+    assert_eq!(spec["cdiVersion"], "0.5.0");
+    assert_eq!(spec["kind"], "nvidia.com/gpu");
+    let spec_names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(spec_names, ["0", "1", "all"]);
+
+    // One node per GPU, with the numbers of its /dev/nvidia<minor>, in bus order.
+    let mut all = Vec::new();
+    for (i, minor) in [(0, 1), (1, 0)] {
+        let want = format!("/dev/nvidia{minor} 195:{minor}");
+        let dev = device(&spec, &i.to_string());
+        assert_eq!(
+            spec_nodes(&dev["containerEdits"]),
+            std::slice::from_ref(&want)
+        );
+        let node = &dev["containerEdits"]["deviceNodes"][0];
+        assert_eq!(node["type"], "c");
+        assert_eq!(node["fileMode"], 0o666);
+        assert_eq!(
+            node["hostPath"],
+            json!(tree.dir.join(format!("dev/nvidia{minor}")))
+        );
+        all.push(want);
+    }
+    assert_eq!(spec_nodes(&device(&spec, "all")["containerEdits"]), all);
+
+    let edits = &spec["containerEdits"];
+    assert_eq!(edits["env"], json!(["NVIDIA_VISIBLE_DEVICES=void"]));
+    assert_eq!(
+        spec_nodes(edits),
+        [
+            "/dev/nvidiactl 195:255",
+            "/dev/nvidia-uvm 238:0",
+            "/dev/nvidia-uvm-tools 238:1",
+            "/dev/nvidia-modeset 195:254"
+        ]
+    );
+
+    // Every mount's host file is in the tree; libraries go to the Debian folder.
+    let mounts = edits["mounts"].as_array().unwrap();
+    for m in mounts {
+        let host = Path::new(m["hostPath"].as_str().unwrap());
+        assert!(host.starts_with(&tree.root), "{m}");
+        assert!(host.exists(), "{m}");
+        assert!(Path::new(m["containerPath"].as_str().unwrap()).is_absolute());
+        let options: Vec<&str> = m["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_str().unwrap())
+            .collect();
+        assert!(
+            options.contains(&"bind") && options.contains(&"nosuid"),
+            "{m}"
+        );
+    }
+    let find = |container: &str| {
+        mounts
+            .iter()
+            .find(|m| m["containerPath"] == container)
+            .unwrap_or_else(|| panic!("no mount at {container}"))
+    };
+    assert_eq!(
+        find(&format!("{LIB}/libcuda.so.999.88.77"))["options"],
+        json!(["ro", "nosuid", "nodev", "bind"])
+    );
+    find("/usr/bin/nvidia-smi");
+    find("/usr/share/vulkan/icd.d/nvidia_icd.json");
+    find("/lib/firmware/nvidia/999.88.77/gsp_ga10x.bin");
+    find("/run/nvidia-persistenced/socket");
+    // Every library but the 32-bit ones (none here): the spec covers every capability.
+    let libraries = mounts
+        .iter()
+        .filter(|m| {
+            m["containerPath"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{LIB}/lib"))
+        })
+        .count();
+    assert_eq!(libraries, d.libraries.len());
+
+    // Hooks: createContainer, the configured absolute hook path, only PATH.
+    let hooks = edits["hooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 2, "{hooks:?}");
+    for hook in hooks {
+        assert_eq!(hook["hookName"], "createContainer");
+        assert_eq!(hook["path"], HOOK);
+        assert_eq!(hook["env"], json!([HOOK_ENV]));
+        assert_eq!(hook["args"][0], "nvc-hook");
+    }
+    let links: Vec<&str> = hooks[0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(links[1], "cdi-links");
+    assert!(links.contains(&&*format!("libcuda.so.999.88.77::{LIB}/libcuda.so.1")));
+    assert!(links.contains(&&*format!(
+        "libnvidia-ml.so.999.88.77::{LIB}/libnvidia-ml.so.1"
+    )));
+    assert_eq!(
+        hooks[1]["args"],
+        json!([
+            "nvc-hook",
+            "update-ldcache",
+            "--folder",
+            LIB,
+            "--cuda-compat-above",
+            "999.88.77"
+        ])
+    );
+}
+
+#[test]
+fn device_names_follow_the_strategy() {
+    let (_tree, d) = driver("basic-2gpu");
+    let uuids: Vec<String> = d.gpus.iter().map(|g| g.uuid.clone()).collect();
+    let cases: [(NameStrategy, Vec<String>); 3] = [
+        (NameStrategy::Index, vec!["0".into(), "1".into()]),
+        (NameStrategy::Uuid, uuids.clone()),
+        (
+            NameStrategy::Both,
+            vec!["0".into(), uuids[0].clone(), "1".into(), uuids[1].clone()],
+        ),
+    ];
+    for (strategy, mut want) in cases {
+        want.push("all".into());
+        let spec = generate(&d, strategy);
+        assert_eq!(names(&spec), want, "{}", strategy.name());
+        let qualified: Vec<String> = want.iter().map(|n| format!("nvidia.com/gpu={n}")).collect();
+        assert_eq!(spec.qualified_names(), qualified);
+        if strategy == NameStrategy::Both {
+            let json = as_json(&spec);
+            assert_eq!(
+                device(&json, "1")["containerEdits"],
+                device(&json, &uuids[1])["containerEdits"]
+            );
+        }
+        // Only the devices differ between strategies.
+        assert_eq!(
+            spec.container_edits,
+            generate(&d, NameStrategy::Index).container_edits
+        );
+    }
+}
+
+#[test]
+fn mig_devices_carry_their_capability_nodes() {
+    let (_tree, d) = driver("mig");
+    let spec = generate(&d, NameStrategy::Uuid);
+    let json = as_json(&spec);
+    let gpu0 = &d.gpus[0];
+    // MIG devices are named by index under every strategy.
+    assert_eq!(
+        names(&spec),
+        [
+            d.gpus[0].uuid.clone(),
+            d.gpus[1].uuid.clone(),
+            "0:0".into(),
+            "0:1".into(),
+            "all".into()
+        ]
+    );
+    for mig in &gpu0.mig {
+        let dev = device(&json, &format!("0:{}", mig.index));
+        let mut want = vec![format!("/dev/nvidia{} 195:{}", gpu0.minor, gpu0.minor)];
+        want.extend(
+            mig.caps
+                .iter()
+                .map(|c| format!("{} {}:{}", c.path.display(), c.major, c.minor)),
+        );
+        assert_eq!(spec_nodes(&dev["containerEdits"]), want);
+        let all = spec_nodes(&device(&json, "all")["containerEdits"]);
+        for w in &want {
+            assert!(all.contains(w), "{w} not in {all:?}");
+        }
+    }
+}
+
+#[test]
+fn generation_is_deterministic_in_both_formats() {
+    for name in ["basic-2gpu", "lib32", "broken"] {
+        let (_tree, d) = driver(name);
+        let a = generate(&d, NameStrategy::Both);
+        let (_tree, d2) = driver(name);
+        let b = generate(&d2, NameStrategy::Both);
+        for format in [Format::Json, Format::Yaml] {
+            assert_eq!(
+                a.to_string_as(format).unwrap(),
+                b.to_string_as(format).unwrap(),
+                "{name}"
+            );
+        }
+        let from_json = Spec::parse(&a.to_string_as(Format::Json).unwrap()).unwrap();
+        let from_yaml = Spec::parse(&a.to_string_as(Format::Yaml).unwrap()).unwrap();
+        assert_eq!(from_json, a);
+        assert_eq!(from_yaml, a);
+    }
+}
+
+#[test]
+fn the_spec_leaves_out_32_bit_libraries_and_skipped_files() {
+    let (tree, d) = driver("lib32");
+    let spec = as_json(&generate(&d, NameStrategy::Index));
+    let lib32 = tree.root.join("usr/lib/i386-linux-gnu");
+    for m in spec["containerEdits"]["mounts"].as_array().unwrap() {
+        let host = Path::new(m["hostPath"].as_str().unwrap());
+        assert!(!host.starts_with(&lib32), "{m}");
+    }
+    let (_tree, d) = driver("broken");
+    let yaml = generate(&d, NameStrategy::Index)
+        .to_string_as(Format::Yaml)
+        .unwrap();
+    for gone in [
+        "libnvidia-cfg",
+        "libnvidia-fbc",
+        "libnvidia-opencl",
+        "nvidia-smi",
+    ] {
+        assert!(!yaml.contains(gone), "{gone} in\n{yaml}");
+    }
+}
+
+#[test]
+fn a_relative_hook_path_is_refused() {
+    let (_tree, d) = driver("basic-2gpu");
+    let err = cdi::generate(&d, &GenerateOptions::new("nvc-hook")).unwrap_err();
+    assert!(matches!(err, CdiError::RelativeHookPath(_)), "{err}");
+    assert!(err.to_string().contains("hook.path"), "{err}");
+}
