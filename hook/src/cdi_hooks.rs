@@ -38,6 +38,8 @@ pub fn dispatch(mode: &str) -> Option<ExitCode> {
     })
 }
 
+// The error is returned once, at the end of a one-shot process: its size costs nothing.
+#[allow(clippy::result_large_err)]
 fn run(mode: &str, args: &[String]) -> Result<(), CdiHookError> {
     // The arguments first: a spec with bad ones fails before anything is read.
     let hook = CdiHook::from_args(mode, args)?;

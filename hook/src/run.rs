@@ -49,6 +49,8 @@ struct State {
 }
 
 /// Sets the container described on stdin up.
+// The error is returned once, at the end of a one-shot process: its size costs nothing.
+#[allow(clippy::result_large_err)]
 pub fn run() -> Result<(), HookError> {
     let (config, config_path) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc-hook");

@@ -7,6 +7,9 @@
 //! programs (a small `nvidia-smi`), a real `ld.so.cache`, real character device nodes, and the
 //! driver's `/proc` files. The version is fake (`999.88.77`) so a leak from a real host shows.
 
+// The test kit: a failed step of a test's setup fails the test, loudly, where it is.
+#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
+
 mod bundle;
 mod catalog;
 pub mod cgroup;
