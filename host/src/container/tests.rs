@@ -13,15 +13,21 @@
 //! is inside the rootfs, that a returned fd is inside the rootfs, that nothing read
 //! carries the sentinel's marker, and that an error names the root and the path.
 
+use super::explain::fs_magic;
+use super::submount::read_propagation;
+use super::walk::mount_id;
 use super::*;
 
 use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{symlink as host_symlink, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustix::fs::{makedev, RenameFlags};
+use rustix::fs::{makedev, FileType, Mode, OFlags, RenameFlags, CWD};
 use rustix::mount::{MountFlags, MountPropagationFlags};
 use rustix::thread::UnshareFlags;
 
@@ -120,7 +126,7 @@ struct Sandbox {
 impl Sandbox {
     fn new() -> Sandbox {
         let tmp = tempfile::Builder::new()
-            .prefix("nvc-sys-container-")
+            .prefix("nvc-host-container-")
             .tempdir()
             .unwrap();
         let base = tmp.path().canonicalize().unwrap();
@@ -1232,7 +1238,7 @@ fn tmpfs_is_populated_then_made_read_only_then_attached() {
                 .f_flag
                 .contains(F::RDONLY | F::NOSUID | F::NODEV | F::NOEXEC));
             let statfs = rustix::fs::statfs(&dir).unwrap();
-            assert_eq!(statfs.f_type as i64, libc::TMPFS_MAGIC as i64);
+            assert_eq!(fs_magic(&statfs), i64::from(libc::TMPFS_MAGIC as u32));
         }
     });
 }

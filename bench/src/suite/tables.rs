@@ -1,0 +1,364 @@
+//! The timed comparisons, one table each: whole containers, the shim and the hook alone,
+//! scaling with the number of GPUs, a large image, and this build against a baseline.
+
+use std::path::Path;
+
+use crate::error::BenchError;
+use crate::large_image;
+use crate::report::Table;
+use crate::runner::{Case, Configs, Image, Runtime};
+use crate::stats::{mib, ms, signed_ms, Samples, Summary};
+
+use super::{fake_driver, strings, Driver, Findings, Suite, ALL_CAPS, NO_GPU, UTILITY_COMPUTE};
+
+impl Suite<'_> {
+    /// 1. Whole containers through runc and through nvc.
+    pub(super) fn containers(&self, found: &mut Findings) -> Result<Table, BenchError> {
+        found.starts = self.alternate(
+            "container starts",
+            &[
+                self.container(Runtime::Runc, NO_GPU),
+                self.container(self.nvc(), NO_GPU),
+                self.container(self.nvc(), UTILITY_COMPUTE),
+                self.container(self.nvc(), ALL_CAPS),
+            ],
+        )?;
+        let starts = &found.starts;
+        let (runc, runc_cpu) = (median(&starts[0]), starts[0].cpu_median_ms());
+        let mut table = Table::new(
+            "Container start to exit",
+            "`<runtime> --root S run --bundle B ID` of `/bin/true`, timed around the whole \
+             command, each run from a fresh copy of the image. Added: this median minus \
+             plain runc's. CPU: user + system time of the command and what it reaped (the \
+             container, the hook), median.",
+            &[
+                "configuration",
+                "median ms",
+                "min ms",
+                "max ms",
+                "added ms",
+                "CPU ms",
+                "added CPU ms",
+            ],
+        );
+        let names = [
+            "runc (no nvc)",
+            "nvc-runtime, no GPU asked for",
+            "nvc-runtime, all GPUs, utility,compute",
+            "nvc-runtime, all GPUs, all capabilities",
+        ];
+        for (i, (name, samples)) in names.iter().zip(starts).enumerate() {
+            let mut cells = summary_cells(name, samples);
+            let cpu = samples.cpu_median_ms();
+            if i == 0 {
+                cells.extend([String::new(), ms(cpu), String::new()]);
+            } else {
+                cells.extend([
+                    signed_ms(median(samples) - runc),
+                    ms(cpu),
+                    signed_ms(cpu - runc_cpu),
+                ]);
+            }
+            table.row(cells);
+        }
+        Ok(table)
+    }
+
+    /// 2. The shim alone (with a no-op runtime) and the hook alone.
+    pub(super) fn parts(&self, found: &mut Findings) -> Result<Table, BenchError> {
+        let noop = &self.configs.noop;
+        found.parts = self.alternate(
+            "shim and hook alone",
+            &[
+                self.bench.shim_case(None, UTILITY_COMPUTE)?,
+                self.bench.shim_case(Some(noop), NO_GPU)?,
+                self.bench.shim_case(Some(noop), UTILITY_COMPUTE)?,
+                self.bench.shim_case(Some(noop), ALL_CAPS)?,
+                self.hook(noop, UTILITY_COMPUTE),
+                self.hook(noop, ALL_CAPS),
+            ],
+        )?;
+        let mut table = Table::new(
+            "The parts alone",
+            "The shim: `nvc-runtime --root S create --bundle B ID` with `/bin/true` as its \
+             runtime, so its spec edit and exec are timed without runc (the first row is \
+             `/bin/true` run directly: the floor). The hook: `nvc-hook prestart` with the \
+             OCI state on stdin, for a bundle the shim edited, in the mount namespace of a \
+             helper process. CPU: user + system time, median. Peak RSS: the largest \
+             `ru_maxrss` of the runs.",
+            &[
+                "part",
+                "median ms",
+                "min ms",
+                "max ms",
+                "CPU ms",
+                "peak RSS",
+            ],
+        );
+        let names = [
+            "/bin/true alone (the floor)",
+            "nvc-runtime create, no GPU asked for",
+            "nvc-runtime create, all GPUs, utility,compute",
+            "nvc-runtime create, all GPUs, all capabilities",
+            "nvc-hook prestart, all GPUs, utility,compute",
+            "nvc-hook prestart, all GPUs, all capabilities",
+        ];
+        for (name, samples) in names.iter().zip(&found.parts) {
+            let mut cells = summary_cells(name, samples);
+            cells.push(ms(samples.cpu_median_ms()));
+            cells.push(samples.peak_rss_kib().map(mib).unwrap_or_default());
+            table.row(cells);
+        }
+        Ok(table)
+    }
+
+    /// This build against another (`--baseline`), alternated in the same rounds, so that
+    /// the machine's drift from minute to minute is the same for both; `None` without one.
+    pub(super) fn baseline(&self, driver: &Driver) -> Result<Option<Table>, BenchError> {
+        let Some(base) = self.bench.programs.baseline.clone() else {
+            return Ok(None);
+        };
+        let this = self
+            .bench
+            .plain_configs("this", &driver.roots, &self.bench.programs.hook)?;
+        let theirs = self
+            .bench
+            .plain_configs("baseline", &driver.roots, &base.hook)?;
+        let shim = |build: &Path, configs: &Configs| Runtime::Shim {
+            shim: build.to_path_buf(),
+            config: configs.runc.clone(),
+        };
+        let hook = |program: &Path, configs: &Configs| Case::Hook {
+            program: Some(program.to_path_buf()),
+            config: configs.noop.clone(),
+            rootfs: self.image.clone(),
+            env: strings(UTILITY_COMPUTE),
+        };
+        // Two alternations of two, not one of four: in a rotation of four, each case
+        // follows the same other case in almost every round, and a whole container start
+        // right after a hook run (whose helper namespace is still being torn down) is
+        // slower; in a rotation of two, each follows either case equally often.
+        let mut samples = self.alternate(
+            "against the baseline: containers",
+            &[
+                self.container(shim(&self.bench.programs.shim, &this), UTILITY_COMPUTE),
+                self.container(shim(&base.shim, &theirs), UTILITY_COMPUTE),
+            ],
+        )?;
+        samples.extend(self.alternate(
+            "against the baseline: hooks",
+            &[
+                hook(&self.bench.programs.hook, &this),
+                hook(&base.hook, &theirs),
+            ],
+        )?);
+        let mut table = Table::new(
+            "Against a baseline build",
+            &format!(
+                "This build and the one in {} (`--baseline`), each configuration once per \
+                 round in the same rounds, with the same driver, image and runc, and a \
+                 configuration of only the keys both read. Difference: the median of the \
+                 per-round differences (this minus baseline), which the machine's drift \
+                 between rounds does not enter (wall clock, and CPU: user + system time of the \
+                 command and what it reaped); this build slower in: the rounds where it \
+                 was.",
+                base.shim
+                    .parent()
+                    .map_or_else(String::new, |d| d.display().to_string())
+            ),
+            &[
+                "what",
+                "this median ms",
+                "baseline median ms",
+                "difference ms",
+                "CPU difference ms",
+                "this build slower in",
+            ],
+        );
+        for (name, (ours, theirs)) in [
+            "container start, all GPUs, utility,compute",
+            "nvc-hook prestart alone, all GPUs, utility,compute",
+        ]
+        .iter()
+        .zip([(&samples[0], &samples[1]), (&samples[2], &samples[3])])
+        {
+            let per_round = per_round_ms(&ours.times, &theirs.times);
+            let cpu_per_round = per_round_ms(&ours.cpu, &theirs.cpu);
+            let slower = per_round.iter().filter(|d| **d > 0.0).count();
+            table.row([
+                name.to_string(),
+                ms(median(ours)),
+                ms(median(theirs)),
+                signed_ms(median_of(per_round)),
+                signed_ms(median_of(cpu_per_round)),
+                format!("{slower} of {}", ours.times.len()),
+            ]);
+        }
+        Ok(Some(table))
+    }
+
+    /// 3. Fake trees of several sizes; `None` when not asked for.
+    pub(super) fn scaling(&self, found: &mut Findings) -> Result<Option<Table>, BenchError> {
+        let options = self.options;
+        if options.gpus.is_empty() || (options.real && !options.gpus_given) {
+            return Ok(None);
+        }
+        let mut cases = vec![self.container(Runtime::Runc, NO_GPU)];
+        let mut part_cases = Vec::new();
+        for &n in &options.gpus {
+            let tree = fake_driver(self.work, &format!("scale-{n}"), n)?;
+            let c = self.bench.configs(&format!("gpus-{n}"), &tree.roots)?;
+            cases.push(self.container(Runtime::Nvc(c.runc.clone()), UTILITY_COMPUTE));
+            part_cases.push(self.bench.shim_case(Some(&c.noop), UTILITY_COMPUTE)?);
+            part_cases.push(self.hook(&c.noop, UTILITY_COMPUTE));
+        }
+        let starts = self.alternate("scaling, containers", &cases)?;
+        let parts = self.alternate("scaling, shim and hook", &part_cases)?;
+        let (base, base_cpu) = (median(&starts[0]), starts[0].cpu_median_ms());
+        let mut table = Table::new(
+            "Scaling with the number of GPUs (fake trees)",
+            "All GPUs, utility,compute; added over plain runc, alternated with it. The \
+             shim and the hook alone as in the table above, alternated with each other.",
+            &[
+                "GPUs",
+                "runc median ms",
+                "nvc median ms",
+                "added ms",
+                "added CPU ms",
+                "shim alone ms",
+                "hook alone ms",
+            ],
+        );
+        for (i, &n) in options.gpus.iter().enumerate() {
+            let added = median(&starts[i + 1]) - base;
+            found.scaling.push((n, added));
+            table.row([
+                n.to_string(),
+                ms(base),
+                ms(median(&starts[i + 1])),
+                signed_ms(added),
+                signed_ms(starts[i + 1].cpu_median_ms() - base_cpu),
+                ms(median(&parts[2 * i])),
+                ms(median(&parts[2 * i + 1])),
+            ]);
+        }
+        Ok(Some(table))
+    }
+
+    /// 4. The image with thousands of libraries; `None` when not asked for.
+    pub(super) fn large_image(&self, found: &Findings) -> Result<Option<Table>, BenchError> {
+        let libs = self.options.libs;
+        if libs == 0 {
+            return Ok(None);
+        }
+        eprintln!("nvc-bench: building an image with {libs} libraries");
+        let path = self.work.join("large-rootfs");
+        let entries = large_image::build(&self.image.path, &path, libs)?;
+        let before = large_image::fingerprint(&path)?;
+        let large = Image {
+            path,
+            hard_links: true,
+        };
+        let on_large = |runtime: Runtime| Case::Container {
+            runtime,
+            rootfs: large.clone(),
+            env: strings(UTILITY_COMPUTE),
+        };
+        let set = self.alternate(
+            "large image",
+            &[
+                on_large(Runtime::Runc),
+                on_large(self.nvc()),
+                Case::Hook {
+                    program: None,
+                    config: self.configs.noop.clone(),
+                    rootfs: large.clone(),
+                    env: strings(UTILITY_COMPUTE),
+                },
+            ],
+        )?;
+        large_image::check_unchanged(&large.path, &before)?;
+        let small_cache = self.image.path.join("etc/ld.so.cache");
+        let small_entries = std::fs::read(&small_cache)
+            .ok()
+            .and_then(|data| libnvc::ldcache::parse_file(&data, &small_cache).ok())
+            .map(|c| c.entries.len().to_string())
+            .unwrap_or_else(|| "?".into());
+        let mut table = Table::new(
+            "A large image",
+            &format!(
+                "All GPUs, utility,compute, on the image plus {libs} libraries with their own \
+                 sonames in `/{}`, listed in its ld.so.cache, which the hook rewrites. The \
+                 first row repeats the tables above.",
+                large_image::LIB_DIR
+            ),
+            &[
+                "image",
+                "ld.so.cache entries",
+                "runc median ms",
+                "nvc median ms",
+                "added ms",
+                "added CPU ms",
+                "hook alone ms",
+            ],
+        );
+        let (starts, parts) = (&found.starts, &found.parts);
+        table.row([
+            "test rootfs".to_string(),
+            small_entries,
+            ms(median(&starts[0])),
+            ms(median(&starts[2])),
+            signed_ms(median(&starts[2]) - median(&starts[0])),
+            signed_ms(starts[2].cpu_median_ms() - starts[0].cpu_median_ms()),
+            ms(median(&parts[4])),
+        ]);
+        table.row([
+            format!("+ {libs} libraries"),
+            entries.to_string(),
+            ms(median(&set[0])),
+            ms(median(&set[1])),
+            signed_ms(median(&set[1]) - median(&set[0])),
+            signed_ms(set[1].cpu_median_ms() - set[0].cpu_median_ms()),
+            ms(median(&set[2])),
+        ]);
+        Ok(Some(table))
+    }
+}
+
+/// `ours[i] - theirs[i]` in milliseconds, round by round.
+fn per_round_ms(ours: &[std::time::Duration], theirs: &[std::time::Duration]) -> Vec<f64> {
+    ours.iter()
+        .zip(theirs)
+        .map(|(a, b)| (a.as_secs_f64() - b.as_secs_f64()) * 1e3)
+        .collect()
+}
+
+/// The median of `values` (the mean of the middle two for an even count); NaN when empty.
+fn median_of(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+pub(super) fn median(samples: &Samples) -> f64 {
+    samples.summary().map_or(f64::NAN, |s| s.median_ms)
+}
+
+fn summary_cells(name: &str, samples: &Samples) -> Vec<String> {
+    let s = samples.summary().unwrap_or(Summary {
+        median_ms: f64::NAN,
+        min_ms: f64::NAN,
+        max_ms: f64::NAN,
+        count: 0,
+    });
+    vec![
+        name.to_string(),
+        ms(s.median_ms),
+        ms(s.min_ms),
+        ms(s.max_ms),
+    ]
+}

@@ -1,0 +1,110 @@
+//! The issue's targets (added start time with and without GPUs, the hook's memory, scaling
+//! to 64 GPUs), each judged met or not on the medians the tables found.
+
+use crate::report::Table;
+use crate::stats::{mib, signed_ms, Samples};
+
+use super::tables::median;
+use super::Findings;
+
+/// The targets of the issue.
+const TARGET_ADDED_MS: f64 = 10.0;
+const TARGET_NO_GPU_MS: f64 = 1.0;
+const TARGET_HOOK_RSS_KIB: u64 = 16 * 1024;
+const TARGET_SCALING: f64 = 2.0;
+
+/// 5. The targets of the issue, judged on the findings.
+pub(super) fn targets(found: &Findings) -> Table {
+    let (starts, parts) = (&found.starts, &found.parts);
+    let (runc, runc_cpu) = (median(&starts[0]), starts[0].cpu_median_ms());
+    let added_uc = median(&starts[2]) - runc;
+    let added_none = median(&starts[1]) - runc;
+    let shim_none = median(&parts[1]) - median(&parts[0]);
+    let hook_rss = parts[4..].iter().filter_map(Samples::peak_rss_kib).max();
+    let mut table = Table::new(
+        "Targets",
+        "From the tables above: met or not on the wall-clock medians, which the targets \
+         are about; the CPU figures say how much of it is work done, not waiting.",
+        &["target", "measured", "met"],
+    )
+    .text();
+    table.row([
+        format!(
+            "added start, all GPUs, utility,compute, ld.so.cache updated ≤ {TARGET_ADDED_MS} ms"
+        ),
+        format!(
+            "{} ms (CPU {} ms)",
+            signed_ms(added_uc),
+            signed_ms(starts[2].cpu_median_ms() - runc_cpu)
+        ),
+        yes_no(added_uc <= TARGET_ADDED_MS),
+    ]);
+    table.row([
+        format!("added start, no GPU asked for ≤ {TARGET_NO_GPU_MS} ms"),
+        format!(
+            "{} ms (CPU {} ms; shim alone minus the floor: {} ms)",
+            signed_ms(added_none),
+            signed_ms(starts[1].cpu_median_ms() - runc_cpu),
+            signed_ms(shim_none)
+        ),
+        yes_no(added_none <= TARGET_NO_GPU_MS),
+    ]);
+    table.row([
+        format!("hook peak RSS ≤ {}", mib(TARGET_HOOK_RSS_KIB)),
+        hook_rss.map(mib).unwrap_or_else(|| "not measured".into()),
+        hook_rss.map_or("not measured".into(), |r| yes_no(r <= TARGET_HOOK_RSS_KIB)),
+    ]);
+    let (measured, met) = scaling_target(&found.scaling);
+    table.row([
+        format!("added start with 64 GPUs ≤ {TARGET_SCALING} × with 1"),
+        measured,
+        met,
+    ]);
+    table
+}
+
+/// The measured text and verdict of the scaling target, from (GPUs, added ms) pairs.
+pub fn scaling_target(scaling: &[(u32, f64)]) -> (String, String) {
+    let added = |n: u32| scaling.iter().find(|(g, _)| *g == n).map(|(_, a)| *a);
+    match (added(1), added(64)) {
+        (Some(one), Some(many)) => {
+            let ratio = if one > 0.0 {
+                format!(", {:.2} ×", many / one)
+            } else {
+                String::new()
+            };
+            (
+                format!(
+                    "1 GPU {} ms, 64 GPUs {} ms{ratio}",
+                    signed_ms(one),
+                    signed_ms(many)
+                ),
+                yes_no(many <= TARGET_SCALING * one.max(0.0)),
+            )
+        }
+        _ => (
+            "not measured (needs --gpus with 1 and 64)".into(),
+            "–".into(),
+        ),
+    }
+}
+
+fn yes_no(met: bool) -> String {
+    if met { "yes" } else { "**no**" }.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling_verdicts() {
+        let (text, met) = scaling_target(&[(1, 10.0), (8, 12.0), (64, 19.0)]);
+        assert_eq!(text, "1 GPU +10.00 ms, 64 GPUs +19.00 ms, 1.90 ×");
+        assert_eq!(met, "yes");
+        assert_eq!(scaling_target(&[(1, 10.0), (64, 21.0)]).1, "**no**");
+        // Noise can make the 1-GPU figure negative: no ratio then.
+        assert_eq!(scaling_target(&[(1, -0.5), (64, 1.0)]).1, "**no**");
+        assert!(scaling_target(&[(8, 1.0)]).0.starts_with("not measured"));
+    }
+}

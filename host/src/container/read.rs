@@ -1,0 +1,103 @@
+//! Reading inside the root: a regular file's bytes ([`ContainerRoot::read_file`]) and a
+//! directory's names ([`ContainerRoot::read_dir`]), each bounded by the caller.
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+
+use super::{ContainerRoot, FileKind, FsError};
+
+impl ContainerRoot {
+    /// Reads the regular file at `path` (symbolic links followed inside the root), at most
+    /// `max` bytes: a larger file is an error, and so is anything but a regular file (a
+    /// fifo or a device is never opened for reading).
+    pub fn read_file(&self, path: &Path, max: usize) -> Result<Vec<u8>, FsError> {
+        const OP: &str = "read";
+        let fd = self.resolve(path)?;
+        let st = self.expect_kind(OP, path, &fd, FileKind::RegularFile)?;
+        // An O_PATH fd cannot be read; reopen the very inode it holds through procfs (the
+        // host's /proc: never a path inside the root), so a file swapped in after the
+        // check above is never opened.
+        // O_NONBLOCK: a regular file never blocks, and this one is checked to be one; the
+        // flag makes sure of it should anything else ever get here.
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let file = reopen(&fd, flags).map_err(|e| {
+            // Not NotFound even for ENOENT: the file exists, /proc/self/fd may not.
+            FsError::Io {
+                op: OP,
+                path: self.shown(path),
+                root: self.path.clone(),
+                source: e.into(),
+            }
+        })?;
+        let again = rustix::fs::fstat(&file).map_err(|e| self.err(OP, path, e))?;
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(self.raced(OP, path));
+        }
+        let mut data = Vec::new();
+        std::fs::File::from(file)
+            .take(max as u64 + 1)
+            .read_to_end(&mut data)
+            .map_err(|source| FsError::Io {
+                op: OP,
+                path: self.shown(path),
+                root: self.path.clone(),
+                source,
+            })?;
+        if data.len() > max {
+            return Err(FsError::TooLarge {
+                path: self.shown(path),
+                root: self.path.clone(),
+                max,
+            });
+        }
+        Ok(data)
+    }
+
+    /// The names in the directory `dir` (symbolic links followed inside the root), sorted,
+    /// without `.` and `..`, at most `max` of them (more is an error). Names that are not
+    /// UTF-8 are left out: nothing nvc looks for has one.
+    pub fn read_dir(&self, dir: &Path, max: usize) -> Result<Vec<String>, FsError> {
+        const OP: &str = "list";
+        let fd = self.resolve(dir)?;
+        self.expect_kind(OP, dir, &fd, FileKind::Directory)?;
+        // "." of an O_PATH directory fd is that directory: no lookup in the root happens.
+        let readable = rustix::fs::openat(
+            &fd,
+            ".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| self.err(OP, dir, e))?;
+        let mut entries = rustix::fs::Dir::new(readable).map_err(|e| self.err(OP, dir, e))?;
+        let mut names = Vec::new();
+        while let Some(entry) = entries.read() {
+            let entry = entry.map_err(|e| self.err(OP, dir, e))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if names.len() == max {
+                return Err(FsError::TooManyEntries {
+                    path: self.shown(dir),
+                    root: self.path.clone(),
+                    max,
+                });
+            }
+            if let Ok(name) = std::str::from_utf8(name) {
+                names.push(name.to_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+}
+
+/// Opens the inode an `O_PATH` fd holds, with `flags`, through the host's procfs.
+fn reopen(fd: &OwnedFd, flags: OFlags) -> Result<OwnedFd, Errno> {
+    let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    rustix::fs::open(magic, flags, Mode::empty())
+}

@@ -1,0 +1,281 @@
+//! Container edits: the one neutral, CDI-shaped value computed from what the driver
+//! provides ([`Driver`]) and what a container asks for ([`Request`]). The runtime shim,
+//! the hook and CDI generation all consume it. [`compute`] is pure and deterministic:
+//! the same inputs give the same value, field for field.
+//!
+//! Split along its jobs: this file holds the edits' types and [`compute`]; `select.rs`
+//! resolves a device selection against the host's GPUs ([`select`](fn@select)); `build.rs` turns a
+//! request and its selected GPUs into edits ([`build`](fn@build)); `requirements.rs` checks the
+//! request's `NVIDIA_REQUIRE_*` constraints against the host ([`HostFacts`],
+//! [`check_requirements`]).
+
+mod build;
+mod requirements;
+mod select;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::discover::{DeviceNode, Driver};
+use crate::request::Request;
+
+pub use build::build;
+pub use requirements::{check_requirements, check_selected, HostFacts, RequirementError};
+pub use select::{select, Selected};
+
+/// Where driver files go in the container that the image decides: its library folders.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContainerLayout {
+    /// The 64-bit library folder: `/usr/lib/x86_64-linux-gnu` in Debian-like images,
+    /// `/usr/lib64` in others.
+    pub lib64: PathBuf,
+    /// The 32-bit library folder: `/usr/lib/i386-linux-gnu` or `/usr/lib`.
+    pub lib32: PathBuf,
+}
+
+impl Default for ContainerLayout {
+    fn default() -> Self {
+        ContainerLayout::debian()
+    }
+}
+
+impl ContainerLayout {
+    /// Debian's multiarch folders.
+    pub fn debian() -> Self {
+        ContainerLayout {
+            lib64: PathBuf::from("/usr/lib/x86_64-linux-gnu"),
+            lib32: PathBuf::from("/usr/lib/i386-linux-gnu"),
+        }
+    }
+
+    /// The folders of an image whose folders `is_dir` says exist: Debian's multiarch
+    /// folders when it has them, else `/usr/lib64` when it has that, else the multiarch
+    /// folders (created).
+    pub fn of_image(is_dir: impl Fn(&Path) -> bool) -> Self {
+        let debian = ContainerLayout::debian();
+        let rh = ContainerLayout::lib64();
+        if !is_dir(&debian.lib64) && is_dir(&rh.lib64) {
+            rh
+        } else {
+            debian
+        }
+    }
+
+    /// The folders of Red Hat-like images.
+    pub fn lib64() -> Self {
+        ContainerLayout {
+            lib64: PathBuf::from("/usr/lib64"),
+            lib32: PathBuf::from("/usr/lib"),
+        }
+    }
+}
+
+/// What kind of file a mount carries; the hook picks mount options and checks by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MountKind {
+    /// A driver library.
+    Library,
+    /// A driver binary.
+    Binary,
+    /// A firmware file.
+    Firmware,
+    /// A json or other configuration file.
+    Config,
+    /// A unix socket.
+    Socket,
+    /// A directory (the MPS pipe directory).
+    Directory,
+}
+
+/// How a mount of one kind is made: the one policy behind the OCI options of the spec,
+/// the CDI spec and the hook's mount attributes. Read-only, `nosuid` and `nodev`
+/// everywhere but where the container must write (sockets, the MPS pipe folder);
+/// `noexec` where nothing is executed or mapped executable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MountPolicy {
+    /// Read-only.
+    pub readonly: bool,
+    /// No set-user-id programs.
+    pub nosuid: bool,
+    /// No device nodes.
+    pub nodev: bool,
+    /// Nothing executed or mapped executable.
+    pub noexec: bool,
+}
+
+impl MountKind {
+    /// How mounts of this kind are made.
+    pub fn policy(self) -> MountPolicy {
+        let writable = matches!(self, MountKind::Socket | MountKind::Directory);
+        MountPolicy {
+            readonly: !writable,
+            nosuid: true,
+            nodev: true,
+            noexec: !matches!(self, MountKind::Library | MountKind::Binary),
+        }
+    }
+}
+
+impl MountPolicy {
+    /// The policy as OCI bind-mount options (`ro`, `nosuid`, `nodev`, `noexec`, `bind`).
+    pub fn oci_options(self) -> Vec<String> {
+        [
+            (self.readonly, "ro"),
+            (self.nosuid, "nosuid"),
+            (self.nodev, "nodev"),
+            (self.noexec, "noexec"),
+            (true, "bind"),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, o)| o.to_string())
+        .collect()
+    }
+}
+
+/// A bind mount of a host file into the container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mount {
+    /// The file on the host.
+    pub host_path: PathBuf,
+    /// Where it goes in the container.
+    pub container_path: PathBuf,
+    /// What it is.
+    pub kind: MountKind,
+    /// Mount options, OCI style.
+    pub options: Vec<String>,
+}
+
+/// A symbolic link to create in the container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Symlink {
+    /// The link's path in the container.
+    pub link: PathBuf,
+    /// What it points to (relative to the link's folder).
+    pub target: String,
+}
+
+/// Everything a container gets, in CDI's `containerEdits` shape plus what CDI expresses
+/// with hooks (links, library folders, the GPUs left visible in `/proc`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerEdits {
+    /// Environment variables, `KEY=VALUE`.
+    pub env: Vec<String>,
+    /// Device nodes.
+    pub device_nodes: Vec<DeviceNode>,
+    /// Bind mounts.
+    pub mounts: Vec<Mount>,
+    /// Symbolic links (sonames and the like).
+    pub symlinks: Vec<Symlink>,
+    /// Container folders whose libraries the ld.so.cache must list.
+    pub ldcache_dirs: Vec<PathBuf>,
+    /// PCI bus ids of the GPUs the container's `/proc/driver/nvidia/gpus` shows.
+    pub visible_gpus: Vec<String>,
+}
+
+impl ContainerEdits {
+    /// Whether nothing is to be done.
+    pub fn is_empty(&self) -> bool {
+        *self == ContainerEdits::default()
+    }
+
+    /// These edits with the libraries, their links and the cache folders moved from the
+    /// folders of `from` to those of `to`: what [`compute`] with `to` gives, without
+    /// selecting the GPUs again (the hook learns the image's layout only inside it).
+    pub fn relocated(&self, from: &ContainerLayout, to: &ContainerLayout) -> ContainerEdits {
+        let moved = |path: &Path| -> Option<PathBuf> {
+            let name = path.file_name()?;
+            let parent = path.parent()?;
+            if parent == from.lib64 {
+                Some(to.lib64.join(name))
+            } else if parent == from.lib32 {
+                Some(to.lib32.join(name))
+            } else {
+                None
+            }
+        };
+        let dir = |d: &PathBuf| {
+            if *d == from.lib64 {
+                to.lib64.clone()
+            } else if *d == from.lib32 {
+                to.lib32.clone()
+            } else {
+                d.clone()
+            }
+        };
+        let mut out = self.clone();
+        for m in out
+            .mounts
+            .iter_mut()
+            .filter(|m| m.kind == MountKind::Library)
+        {
+            if let Some(p) = moved(&m.container_path) {
+                m.container_path = p;
+            }
+        }
+        for s in &mut out.symlinks {
+            if let Some(p) = moved(&s.link) {
+                s.link = p;
+            }
+        }
+        out.ldcache_dirs = out.ldcache_dirs.iter().map(dir).collect();
+        out
+    }
+}
+
+/// Why a request cannot be met.
+#[derive(Debug, thiserror::Error)]
+pub enum EditsError {
+    /// A requested device does not exist on this host.
+    #[error("{variable}: {device} does not exist ({known})")]
+    UnknownDevice {
+        /// The variable that asked for it.
+        variable: &'static str,
+        /// The device as asked for.
+        device: String,
+        /// What the host has.
+        known: String,
+    },
+    /// A form of device selection this build cannot resolve.
+    #[error("{variable}: {device}: {reason}")]
+    Unsupported {
+        /// The variable that asked for it.
+        variable: &'static str,
+        /// The device as asked for.
+        device: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A requested IMEX channel has no node on the host.
+    #[error("NVIDIA_IMEX_CHANNELS: channel {0} has no device node on this host")]
+    UnknownChannel(u32),
+    /// The driver lacks a node the request needs.
+    #[error("{variable}: the driver has no {what} device node")]
+    MissingNode {
+        /// The variable that asked for it.
+        variable: &'static str,
+        /// The node.
+        what: &'static str,
+    },
+}
+
+/// The edits for `request` on this `driver`, with libraries placed per `layout`.
+/// A request that does not ask for GPU support gives empty edits.
+pub fn compute(
+    driver: &Driver,
+    request: &Request,
+    layout: &ContainerLayout,
+) -> Result<ContainerEdits, EditsError> {
+    if !request.wants_gpu_support() {
+        return Ok(ContainerEdits::default());
+    }
+    let selected = select(driver, &request.devices, "NVIDIA_VISIBLE_DEVICES")?;
+    build(driver, request, &selected, layout)
+}
