@@ -3,7 +3,7 @@
 //! failing the container.
 //!
 //! Messages quote what images and their users control (variables, annotations, paths
-//! in the rootfs): every line written ([`FileLogger`]'s, and whatever goes through
+//! in the rootfs): every line written (the file logger's, and whatever goes through
 //! `libnvc::report::shorten` to stderr or runc's log) is one line without control characters, so a
 //! value can neither forge another log line nor send escape codes to a terminal.
 

@@ -273,11 +273,12 @@ struct ProcMask {
 }
 
 impl ProcMask {
-    /// Reads what the mask shows, in the host namespace. `None` when the host has no
-    /// `/proc/driver/nvidia` (no driver loaded, or a driver tree for tests).
+    /// Reads what the mask shows, in the host namespace, from the configured proc root.
+    /// `None` when it has no `driver/nvidia`. Whether the container's procfs has a
+    /// `/proc/driver/nvidia` to mask is [`ProcMask::apply`]'s to find out.
     fn prepare(driver: &Driver, edits: &ContainerEdits) -> Result<Option<ProcMask>, SetupError> {
         let nvidia = driver.roots.nvidia_proc();
-        if !Path::new("/proc/driver/nvidia").is_dir() || !nvidia.is_dir() {
+        if !nvidia.is_dir() {
             return Ok(None);
         }
         let mut files = Vec::new();

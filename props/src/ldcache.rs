@@ -10,10 +10,10 @@
 //!   most one entry per 12 input bytes (the smallest entry of any layout), no string
 //!   longer than [`MAX_STRING_LEN`], and at most eight times the input (plus 1 MiB) of
 //!   decoded strings in all, however the entries share or overlap their strings;
-//! - what [`parse`] returns can be written back: [`write`] of its entries parses to the
+//! - what [`parse`] returns can be written back: [`write()`] of its entries parses to the
 //!   same entries in [`sort_entries`] order;
-//! - entries made from the input likewise survive [`write`] then [`parse`] unchanged
-//!   but for the sort (or [`write`] refuses them, when a string is longer than
+//! - entries made from the input likewise survive [`write()`] then [`parse`] unchanged
+//!   but for the sort (or [`write()`] refuses them, when a string is longer than
 //!   [`parse`] accepts), and the written table is in the loader's order (names descending
 //!   by [`libcmp`], then flags descending, glibc-hwcaps entries first) so its binary
 //!   search finds every entry;

@@ -13,7 +13,7 @@
 //! the host's `/proc` still at `/proc`.
 //!
 //! So the hook does not enter any namespace, unlike the prestart hook
-//! ([`crate::apply`]), which runs in the runtime's namespace and must `setns` into the
+//! (`nvc_host::setup`), which runs in the runtime's namespace and must `setns` into the
 //! container's through its pid. Here that pid is useless: runc reports `getpid()` of its
 //! init, which inside a new pid namespace is 1, and `/proc/1` is the *host's* init, whose
 //! mount namespace is the host's. The hook instead finds the rootfs as NVIDIA's
@@ -24,7 +24,7 @@
 //!
 //! The rootfs is hostile, and the hook runs as the runtime's root with every
 //! capability. As everywhere in nvc, it touches the rootfs only through
-//! [`ContainerRoot`]: opened once as an `O_PATH` fd, every path resolved inside it
+//! nvc-host's `ContainerRoot`: opened once as an `O_PATH` fd, every path resolved inside it
 //! (`openat2(RESOLVE_IN_ROOT)` or the fd walk), links made by a temporary name and a
 //! rename, the cache written to a temporary file and renamed, the old cache read with a
 //! size bound and parsed by a bounded parser. Nothing from the image is executed (no
@@ -90,7 +90,7 @@ pub enum CdiHook {
     /// `update-ldcache --folder <dir> … [--cuda-compat-above <version>]`: add the 64-bit
     /// libraries of these container folders to the container's ld.so.cache, before the
     /// image's own entries; with a version (the host driver's), the image's CUDA
-    /// forward-compatibility libraries go first when newer ([`crate::compat`]), as the
+    /// forward-compatibility libraries go first when newer (`nvc_host::compat`), as the
     /// prestart hook does.
     UpdateLdcache {
         /// The folders whose libraries are listed.

@@ -4,7 +4,8 @@
 //! `<root>/etc/ld.so.cache`, binaries, firmware and json files under `<root>`, device
 //! nodes under `<dev-root>/dev`, the GPU inventory under `<proc-root>/driver/nvidia`.
 //! Nothing is read from the real host when the roots point elsewhere. NVML is not used
-//! here; [`nvml`] adds what only NVML knows, on demand.
+//! here; [`Driver::gpu_details`] asks it, through the probe, for what only NVML knows,
+//! on demand.
 
 mod files;
 mod gpu_details;

@@ -36,7 +36,8 @@ pub struct TreeProbe {
 }
 
 impl TreeProbe {
-    /// [`DEVICES_FILE`], for callers outside this module.
+    /// The file of a tree that declares its device nodes (`devices.txt`), for callers
+    /// outside this module.
     pub const DEVICES_FILE: &'static str = DEVICES_FILE;
 
     /// A probe with no device node, no libcuda answer and no NVML.

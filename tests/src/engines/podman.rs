@@ -10,7 +10,7 @@ use super::{engine_path, find_program, mkdirs, run_command, EngineError, ENGINE_
 
 /// `podman` with private storage: `--root`, `--runroot`, `--tmpdir` under its directory,
 /// vfs, cgroupfs, events to a file, runc, `--hooks-dir` the given folder. Every command runs
-/// in its own namespaces (see [`isolated`]), so conmon and anything else it leaves behind
+/// in its own namespaces (see `isolated`), so conmon and anything else it leaves behind
 /// ends with it; containers run under their own cgroup parent.
 #[derive(Debug)]
 pub struct Podman {
