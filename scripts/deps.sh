@@ -13,7 +13,7 @@ have readelf || need+=(binutils)
 have runc || need+=(runc)
 # `nvc runtime configure` tests check that containerd accepts what nvc writes.
 have containerd || need+=(containerd)
-# The engine tests (tests/tests/engines.rs): a private dockerd (docker.io brings
+# The engine tests (tests/tests/engines/): a private dockerd (docker.io brings
 # containerd and its shim), containerd with ctr, podman (below).
 have dockerd || [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || need+=(busybox-static)

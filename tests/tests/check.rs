@@ -4,8 +4,12 @@
 //! Every `nvc check` here runs with a PATH of its own (a folder of fake engines, empty by
 //! default) and with every engine and CDI path pointed into the test's folder, so what
 //! is installed on the machine running the tests does not change the outcome.
+//!
+//! The tests on a fake driver tree need root (its device nodes); the nv-docker tests need
+//! nothing.
 
-#![allow(clippy::unwrap_used)]
+// The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

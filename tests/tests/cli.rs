@@ -1,6 +1,9 @@
-//! `nvc info` and `nvc list` against fake driver trees, through the built binary.
+//! `nvc info`, `nvc list` and `nvc config` against fake driver trees, through the built
+//! binary. The tests on a fake driver tree need root (its device nodes); the others
+//! need nothing.
 
-#![allow(clippy::unwrap_used)]
+// The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::PathBuf;
 use std::process::Command;

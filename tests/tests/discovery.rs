@@ -1,15 +1,636 @@
-//! Discovery and container edits on fake driver trees: no GPU needed, root needed (the
-//! trees have real device nodes and a cache written by `ldconfig -r`).
+//! Discovery: what `libnvc::discover` finds of a driver install (libraries with their
+//! sonames, classes and capabilities; programs, firmware, support files and IPC
+//! endpoints; GPUs in PCI order with their own minors, MIG instances, IMEX channels and
+//! control nodes; the version with and without the kernel module), what it skips and why,
+//! and that it reads nothing outside the tree.
+//!
+//! Most tests read the committed driver trees (`testdata/driver-roots`) through
+//! `libnvc::probe::TreeProbe`: no root, no GPU, no compiler. Each scenario's README line
+//! says what it stands for; these tests check that discovery reads exactly that. The last
+//! three run the real host probe (`nvc_host::probe::RealHost`): on an empty folder, and on
+//! a fake driver tree built at run time, with real device nodes and a libcuda that answers
+//! (root).
 
-#![allow(clippy::unwrap_used)]
+// The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use libnvc::caps::Capability;
-use libnvc::discover::{discover, Driver, DriverRoots};
-use libnvc::edits::{self, ContainerEdits, ContainerLayout, MountKind};
+use libnvc::discover::{
+    self, discover, discover_devices, DeviceNode, Driver, DriverRoots, LibClass,
+};
+use libnvc::edits;
 use libnvc::request::{Request, RequestPolicy};
-use nvc_tests::{require_root, FakeDriver, FakeDriverSpec};
+use nvc_tests::trees::{self, DriverTree, OLD_VERSION, VERSION};
+use nvc_tests::{
+    mig_cap_minor, require_root, FakeDriver, FakeDriverSpec, FakeGpu, DRIVER_BINARIES,
+    DRIVER_LIBRARIES,
+};
+
+fn scenario(name: &str) -> (DriverTree, Driver) {
+    let tree = DriverTree::committed(name);
+    let probe = tree.probe().unwrap();
+    let driver = discover(&tree.roots(), &probe)
+        .unwrap_or_else(|e| panic!("discovery of {name}: {}", libnvc::report::error_chain(&e)));
+    (tree, driver)
+}
+
+/// The scenario's GPUs in bus order, as its spec made them.
+fn spec_gpus(name: &str) -> Vec<FakeGpu> {
+    let spec = trees::scenario(name).unwrap().spec();
+    spec.gpus_in_bus_order().into_iter().cloned().collect()
+}
+
+/// A node as (container path, major, minor, mode, on the host).
+type NodeFacts = (String, u32, u32, u32, bool);
+
+fn node(n: &DeviceNode) -> NodeFacts {
+    (
+        n.path.display().to_string(),
+        n.major,
+        n.minor,
+        n.file_mode,
+        n.on_host,
+    )
+}
+
+fn lib_dir(tree: &DriverTree) -> PathBuf {
+    tree.root.join("usr/local/nvidia/lib64")
+}
+
+#[test]
+fn basic_2gpu_finds_the_fake_driver() {
+    let (tree, d) = scenario("basic-2gpu");
+    assert_eq!(d.version, VERSION);
+    assert_eq!(d.roots, tree.roots());
+    let cuda = d.library("libcuda").expect("libcuda found");
+    assert_eq!(cuda.soname, "libcuda.so.1");
+    assert_eq!(cuda.file_name, "libcuda.so.999.88.77");
+    assert_eq!(cuda.host_path, lib_dir(&tree).join("libcuda.so.999.88.77"));
+    assert_eq!(
+        d.library("libnvidia-nvvm").unwrap().soname,
+        "libnvidia-nvvm.so.4"
+    );
+    assert_eq!(
+        d.library("libEGL_nvidia").unwrap().soname,
+        "libEGL_nvidia.so.0"
+    );
+    assert_eq!(
+        d.library("libnvidia-tls").unwrap().soname,
+        "libnvidia-tls.so.999.88.77"
+    );
+
+    let smi = d
+        .binaries
+        .iter()
+        .find(|b| b.container_path == Path::new("/usr/bin/nvidia-smi"))
+        .unwrap();
+    // /usr/bin/nvidia-smi is a link into /usr/local/nvidia/bin.
+    assert_eq!(
+        smi.host_path,
+        tree.root.join("usr/local/nvidia/bin/nvidia-smi")
+    );
+    assert_eq!(smi.capabilities, [Capability::Utility]);
+    let binaries: Vec<String> = d
+        .binaries
+        .iter()
+        .map(|b| b.container_path.display().to_string())
+        .collect();
+    let want: Vec<String> = DRIVER_BINARIES
+        .iter()
+        .map(|b| format!("/usr/bin/{b}"))
+        .collect();
+    assert_eq!(binaries, want);
+
+    let firmware: Vec<(String, String)> = d
+        .firmware
+        .iter()
+        .map(|f| {
+            (
+                f.container_path.display().to_string(),
+                f.host_path
+                    .strip_prefix(&tree.root)
+                    .unwrap()
+                    .display()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        firmware,
+        [
+            (
+                "/lib/firmware/nvidia/999.88.77/gsp_ga10x.bin".to_string(),
+                "usr/lib/firmware/nvidia/999.88.77/gsp_ga10x.bin".to_string()
+            ),
+            (
+                "/lib/firmware/nvidia/999.88.77/gsp_tu10x.bin".to_string(),
+                "usr/lib/firmware/nvidia/999.88.77/gsp_tu10x.bin".to_string()
+            ),
+        ]
+    );
+    assert!(d.firmware.iter().all(|f| f.capabilities.is_empty()));
+
+    let files: Vec<String> = d
+        .files
+        .iter()
+        .map(|f| f.container_path.display().to_string())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "/usr/share/vulkan/icd.d/nvidia_icd.json",
+            "/usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+            "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+            "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+            "/usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json",
+        ]
+    );
+
+    // The sockets are declared in devices.txt; the MPS folder is a real one.
+    let ipc: Vec<(String, Vec<Capability>)> = d
+        .ipc
+        .iter()
+        .map(|f| {
+            (
+                f.container_path.display().to_string(),
+                f.capabilities.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ipc,
+        [
+            (
+                "/run/nvidia-persistenced/socket".to_string(),
+                vec![Capability::Utility, Capability::Compute]
+            ),
+            (
+                "/run/nvidia-fabricmanager/socket".to_string(),
+                vec![Capability::Compute]
+            ),
+            ("/tmp/nvidia-mps".to_string(), vec![Capability::Compute]),
+        ]
+    );
+
+    let control: Vec<_> = d.control_nodes.iter().map(node).collect();
+    assert_eq!(
+        control,
+        [
+            ("/dev/nvidiactl".to_string(), 195, 255, 0o666, true),
+            ("/dev/nvidia-uvm".to_string(), 238, 0, 0o666, true),
+            ("/dev/nvidia-uvm-tools".to_string(), 238, 1, 0o666, true),
+            ("/dev/nvidia-modeset".to_string(), 195, 254, 0o666, true),
+        ]
+    );
+    for n in &d.control_nodes {
+        assert_eq!(
+            n.host_path,
+            tree.dir.join(n.path.strip_prefix("/").unwrap())
+        );
+        assert_eq!((n.uid, n.gid), (0, 0));
+    }
+    assert_eq!(
+        d.mig_config.as_ref().map(node),
+        Some((
+            "/dev/nvidia-caps/nvidia-cap1".to_string(),
+            241,
+            1,
+            0o400,
+            true
+        ))
+    );
+    assert_eq!(
+        d.mig_monitor.as_ref().map(node),
+        Some((
+            "/dev/nvidia-caps/nvidia-cap2".to_string(),
+            241,
+            2,
+            0o444,
+            true
+        ))
+    );
+    assert!(d.imex_channels.is_empty());
+    assert!(d.gpus.iter().all(|g| g.mig.is_empty()));
+}
+
+#[test]
+fn every_library_once_with_its_soname_and_capabilities() {
+    let (tree, d) = scenario("basic-2gpu");
+    assert_eq!(
+        d.libraries.len(),
+        DRIVER_LIBRARIES.len(),
+        "{:#?}",
+        d.libraries
+    );
+    for want in DRIVER_LIBRARIES {
+        let got = d
+            .library(want.name)
+            .unwrap_or_else(|| panic!("{} not found", want.name));
+        assert_eq!(got.soname, want.soname(VERSION), "{}", want.name);
+        assert_eq!(got.file_name, want.file_name(VERSION), "{}", want.name);
+        assert_eq!(got.host_path, lib_dir(&tree).join(want.file_name(VERSION)));
+        assert_eq!(got.class, LibClass::Lib64);
+    }
+    let caps = |stem: &str| d.library(stem).unwrap().capabilities.clone();
+    use Capability::*;
+    assert_eq!(caps("libnvidia-ml"), [Utility]);
+    assert_eq!(caps("libnvidia-cfg"), [Utility]);
+    assert_eq!(caps("libcuda"), [Compute]);
+    assert_eq!(caps("libnvidia-ptxjitcompiler"), [Compute]);
+    assert_eq!(caps("libnvidia-gpucomp"), [Compute, Graphics]);
+    assert_eq!(caps("libnvcuvid"), [Video]);
+    assert_eq!(caps("libnvidia-encode"), [Video]);
+    assert_eq!(caps("libGLX_nvidia"), [Graphics]);
+    assert_eq!(caps("libnvoptix"), [Graphics]);
+    // Sorted by class, then stem.
+    let stems: Vec<&str> = d.libraries.iter().map(|l| l.stem.as_str()).collect();
+    let mut sorted = stems.clone();
+    sorted.sort();
+    assert_eq!(stems, sorted);
+}
+
+#[test]
+fn gpus_are_numbered_in_pci_order_with_their_own_minors() {
+    let (tree, d) = scenario("basic-2gpu");
+    let want = spec_gpus("basic-2gpu");
+    assert_eq!(d.gpus.len(), 2);
+    for (i, (got, want)) in d.gpus.iter().zip(&want).enumerate() {
+        assert_eq!(got.index as usize, i);
+        assert_eq!(got.bus_id, want.bus_id);
+        assert_eq!(got.uuid, want.uuid);
+        assert_eq!(got.minor, want.minor);
+        assert_eq!(got.model, "NVIDIA Fake H100 80GB HBM3");
+        assert_eq!(
+            node(&got.node),
+            (
+                format!("/dev/nvidia{}", want.minor),
+                195,
+                want.minor,
+                0o666,
+                true
+            )
+        );
+        assert_eq!(
+            got.node.host_path,
+            tree.dir.join(format!("dev/nvidia{}", want.minor))
+        );
+    }
+    assert_eq!(
+        d.gpus
+            .iter()
+            .map(|g| (g.bus_id.as_str(), g.minor))
+            .collect::<Vec<_>>(),
+        [("0000:06:00.0", 1), ("0000:1a:00.0", 0)],
+        "the fixture must really have minors out of bus order"
+    );
+}
+
+#[test]
+fn nothing_is_read_from_the_real_host() {
+    for s in trees::SCENARIOS {
+        let (tree, d) = scenario(s.name);
+        let under = |p: &Path, what: &str| {
+            assert!(
+                p.starts_with(&tree.dir),
+                "{}: {what} {} is outside the tree",
+                s.name,
+                p.display()
+            );
+        };
+        for l in &d.libraries {
+            under(&l.host_path, "library");
+            assert!(
+                l.host_path.starts_with(&tree.root),
+                "{}",
+                l.host_path.display()
+            );
+        }
+        for f in d
+            .binaries
+            .iter()
+            .chain(&d.firmware)
+            .chain(&d.files)
+            .chain(&d.ipc)
+        {
+            under(&f.host_path, "file");
+        }
+        let nodes = d
+            .control_nodes
+            .iter()
+            .chain(d.gpus.iter().map(|g| &g.node))
+            .chain(
+                d.gpus
+                    .iter()
+                    .flat_map(|g| g.mig.iter().flat_map(|m| &m.caps)),
+            )
+            .chain(d.mig_config.iter())
+            .chain(d.mig_monitor.iter())
+            .chain(&d.imex_channels);
+        for n in nodes {
+            assert!(
+                n.host_path.starts_with(tree.dir.join("dev")),
+                "{}: node {} is not under the dev root",
+                s.name,
+                n.host_path.display()
+            );
+        }
+        // The dev root is the scenario folder, not the driver root.
+        assert!(!tree.root.join("dev").exists(), "{}", s.name);
+        assert_eq!(d.version, VERSION, "{}", s.name);
+    }
+}
+
+#[test]
+fn mig_gpu_has_its_instances_and_capability_nodes() {
+    let (tree, d) = scenario("mig");
+    let gpu0 = &d.gpus[0];
+    assert_eq!((gpu0.bus_id.as_str(), gpu0.minor), ("0000:06:00.0", 1));
+    let got: Vec<(u32, u32, u32, Vec<NodeFacts>)> = gpu0
+        .mig
+        .iter()
+        .map(|m| (m.index, m.gi, m.ci, m.caps.iter().map(node).collect()))
+        .collect();
+    let cap = |gi, ci| {
+        let minor = mig_cap_minor(1, gi, ci);
+        (
+            format!("/dev/nvidia-caps/nvidia-cap{minor}"),
+            241,
+            minor,
+            0o444,
+            true,
+        )
+    };
+    assert_eq!(
+        got,
+        [
+            (0, 1, 0, vec![cap(1, None), cap(1, Some(0))]),
+            (1, 2, 0, vec![cap(2, None), cap(2, Some(0))]),
+        ]
+    );
+    assert_eq!(gpu0.mig[0].caps[1].minor, 3 + 135 + 9 + 1);
+    assert!(d.gpus[1].mig.is_empty(), "only GPU 0 is in MIG mode");
+    assert!(d.mig_config.is_some() && d.mig_monitor.is_some());
+    assert!(tree
+        .proc_root
+        .join("driver/nvidia/capabilities/gpu1/mig/gi2/ci0/access")
+        .is_file());
+}
+
+#[test]
+fn lib32_has_both_classes_and_keeps_them_apart() {
+    let (tree, d) = scenario("lib32");
+    let lib64: Vec<_> = d
+        .libraries
+        .iter()
+        .filter(|l| l.class == LibClass::Lib64)
+        .collect();
+    let lib32: Vec<_> = d
+        .libraries
+        .iter()
+        .filter(|l| l.class == LibClass::Lib32)
+        .collect();
+    assert_eq!(lib64.len(), DRIVER_LIBRARIES.len());
+    let want32: Vec<&str> = {
+        let mut w: Vec<&str> = DRIVER_LIBRARIES
+            .iter()
+            .filter(|l| l.lib32)
+            .map(|l| l.name)
+            .collect();
+        w.sort();
+        w
+    };
+    let got32: Vec<&str> = lib32.iter().map(|l| l.stem.as_str()).collect();
+    assert_eq!(got32, want32);
+    let dir32 = tree.root.join("usr/lib/i386-linux-gnu");
+    for l in &lib32 {
+        assert!(l.host_path.starts_with(&dir32), "{}", l.host_path.display());
+        assert!(l.file_name.ends_with(".so.999.88.77"));
+    }
+    let cuda32 = lib32.iter().find(|l| l.stem == "libcuda").unwrap();
+    assert_eq!(cuda32.soname, "libcuda.so.1");
+    assert_eq!(cuda32.capabilities, [Capability::Compute]);
+    // 64-bit first, each class sorted by stem.
+    let first32 = d
+        .libraries
+        .iter()
+        .position(|l| l.class == LibClass::Lib32)
+        .unwrap();
+    assert_eq!(first32, lib64.len());
+    // The 64-bit libcuda is still the one `library` names.
+    assert!(d
+        .library("libcuda")
+        .unwrap()
+        .host_path
+        .starts_with(lib_dir(&tree)));
+}
+
+#[test]
+fn without_the_kernel_module_the_version_comes_from_the_libraries() {
+    let (tree, d) = scenario("no-kernel-module");
+    assert!(!tree.proc_root.join("driver/nvidia/version").exists());
+    assert_eq!(d.version, VERSION);
+    assert!(d.gpus.is_empty());
+    // Only nvidiactl, from the driver's fixed major: nothing registered the others.
+    assert_eq!(
+        d.control_nodes.iter().map(node).collect::<Vec<_>>(),
+        [("/dev/nvidiactl".to_string(), 195, 255, 0o666, false)]
+    );
+    assert!(d.mig_config.is_none() && d.mig_monitor.is_none());
+    assert!(d.imex_channels.is_empty());
+    assert_eq!(d.libraries.len(), DRIVER_LIBRARIES.len());
+    assert_eq!(d.firmware.len(), 2);
+    // The devices scope needs the cache for the version here, and still lists no file.
+    let devices = discover_devices(&tree.roots(), &tree.probe().unwrap()).unwrap();
+    assert_eq!(devices.version, VERSION);
+    assert!(devices.libraries.is_empty());
+}
+
+/// The debug log of this test process, for the reasons discovery gives for what it skips.
+fn log_file() -> &'static Path {
+    static LOG: OnceLock<PathBuf> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let (_, path) = tempfile::Builder::new()
+            .prefix("nvc-discovery.")
+            .suffix(".log")
+            .tempfile()
+            .unwrap()
+            .keep()
+            .unwrap();
+        let config = nvc_config::LogConfig {
+            file: path.clone(),
+            level: nvc_config::LogLevel::Debug,
+        };
+        assert!(
+            nvc_host::logging::init(&config, "discovery"),
+            "cannot log to {}",
+            path.display()
+        );
+        path
+    })
+}
+
+#[test]
+fn a_broken_install_is_skipped_piece_by_piece_for_the_right_reason() {
+    let log = log_file();
+    let (tree, d) = scenario("broken");
+    let lib64 = lib_dir(&tree);
+
+    // Each damaged library is left out; the others are all there.
+    for stem in ["libnvidia-cfg", "libnvidia-fbc", "libnvidia-opencl"] {
+        assert!(d.library(stem).is_none(), "{stem}: {:#?}", d.library(stem));
+    }
+    assert_eq!(d.libraries.len(), DRIVER_LIBRARIES.len() - 3);
+    assert!(d.library("libcuda").is_some());
+    assert!(d.library("libnvidia-ml").is_some());
+
+    // nvidia-smi is a shell script: not taken from any folder. Its siblings are.
+    let binaries: Vec<String> = d
+        .binaries
+        .iter()
+        .map(|b| b.container_path.display().to_string())
+        .collect();
+    assert!(
+        !binaries.contains(&"/usr/bin/nvidia-smi".to_string()),
+        "{binaries:?}"
+    );
+    assert!(binaries.contains(&"/usr/bin/nvidia-debugdump".to_string()));
+    assert!(
+        std::fs::read(tree.root.join("usr/local/nvidia/bin/nvidia-smi"))
+            .unwrap()
+            .starts_with(b"#!/bin/sh")
+    );
+
+    // GPU 1 lost its node: its numbers come from /proc/devices, and it is not on the host.
+    assert_eq!(d.gpus.len(), 2);
+    assert_eq!(
+        node(&d.gpus[1].node),
+        ("/dev/nvidia0".to_string(), 195, 0, 0o666, false)
+    );
+    assert!(d.gpus[0].node.on_host);
+
+    let text = std::fs::read_to_string(log).unwrap();
+    // The logger keeps its open file; the name goes, so runs leave nothing behind.
+    let _ = std::fs::remove_file(log);
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("skipping")).collect();
+    let has = |needle: &str| {
+        assert!(
+            lines.iter().any(|l| l.contains(needle)),
+            "no log line with {needle:?} in\n{}",
+            lines.join("\n")
+        )
+    };
+    // Linked out of the root: resolved inside it, where /etc/passwd does not exist.
+    has("DEBUG: skipping libnvidia-cfg.so.1 => /usr/local/nvidia/lib64/libnvidia-cfg.so.1: No such file or directory");
+    // 32-bit where the cache says 64-bit.
+    has(&format!(
+        "WARN: skipping {}: not a Lib64 shared object",
+        lib64.join("libnvidia-fbc.so.999.88.77").display()
+    ));
+    // Left over from an older driver.
+    has(&format!(
+        "DEBUG: skipping {}: not of driver version {VERSION}",
+        lib64
+            .join(format!("libnvidia-opencl.so.{OLD_VERSION}"))
+            .display()
+    ));
+}
+
+#[test]
+fn imex_channels_are_found_by_number() {
+    let (_tree, d) = scenario("imex");
+    assert_eq!(
+        d.imex_channels.iter().map(node).collect::<Vec<_>>(),
+        (0..3)
+            .map(|n| (
+                format!("/dev/nvidia-caps-imex-channels/channel{n}"),
+                242,
+                n,
+                0o666,
+                true
+            ))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(d.gpus.len(), 1);
+}
+
+#[test]
+fn the_devices_scope_reads_only_devices() {
+    for name in ["basic-2gpu", "mig", "imex"] {
+        let (tree, full) = scenario(name);
+        let devices = discover_devices(&tree.roots(), &tree.probe().unwrap()).unwrap();
+        assert_eq!(devices.version, full.version);
+        assert_eq!(devices.gpus, full.gpus);
+        assert_eq!(devices.control_nodes, full.control_nodes);
+        assert_eq!(devices.imex_channels, full.imex_channels);
+        assert!(
+            devices.libraries.is_empty()
+                && devices.binaries.is_empty()
+                && devices.firmware.is_empty()
+                && devices.files.is_empty()
+                && devices.ipc.is_empty(),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn rediscovery_gives_the_same_driver() {
+    for s in trees::SCENARIOS {
+        let (_tree, a) = scenario(s.name);
+        let (_tree, b) = scenario(s.name);
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            serde_json::to_string(&b).unwrap(),
+            "{}",
+            s.name
+        );
+    }
+}
+
+#[test]
+fn without_devices_txt_nodes_are_plain_files_and_not_taken() {
+    // The placeholders alone are no nodes: a probe that declares nothing sees files.
+    let tree = DriverTree::committed("basic-2gpu");
+    let d = discover(&tree.roots(), &libnvc::probe::TreeProbe::new()).unwrap();
+    assert!(d.gpus.iter().all(|g| !g.node.on_host));
+    assert!(d.control_nodes.iter().all(|n| !n.on_host));
+    assert!(d
+        .ipc
+        .iter()
+        .all(|f| f.container_path == Path::new("/tmp/nvidia-mps")));
+    // Numbers still come from the driver's /proc/devices.
+    assert_eq!(d.gpus[0].node.major, 195);
+}
+
+#[test]
+fn cuda_version_and_nvml_come_from_the_probe() {
+    let tree = DriverTree::committed("basic-2gpu");
+    let d = discover(&tree.roots(), &tree.probe().unwrap()).unwrap();
+    // The tree cannot answer: a clear error naming the library.
+    let err = d.cuda_version(&tree.probe().unwrap()).unwrap_err();
+    assert!(err.library.ends_with("libcuda.so.999.88.77"), "{err}");
+    let probe = tree.probe().unwrap().with_cuda_version(trees::CUDA_VERSION);
+    assert_eq!(d.cuda_version(&probe).unwrap().to_string(), "99.1");
+
+    let details = vec![discover::GpuDetails {
+        uuid: d.gpus[1].uuid.clone(),
+        compute_capability: Some("9.0".into()),
+        brand: Some("nvidia".into()),
+        memory_total: Some(80 << 30),
+    }];
+    let probe = tree.probe().unwrap().with_gpu_details(details.clone());
+    let got = d.gpu_details(&probe).unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1], details[0]);
+    assert_eq!(got[0].uuid, d.gpus[0].uuid);
+    assert_eq!(got[0].compute_capability, None);
+}
+
+// ---------------------------------------------------------------------------------------
+// The real host probe, on an empty folder and on a fake driver tree built at run time.
 
 fn build(spec: FakeDriverSpec) -> (tempfile::TempDir, FakeDriver, Driver) {
     require_root("fake driver trees have device nodes and an ldconfig-written cache");
@@ -28,17 +649,21 @@ fn request(env: &[&str]) -> Request {
     Request::from_env(env.iter().copied(), &RequestPolicy::default()).unwrap()
 }
 
-fn edits_for(driver: &Driver, env: &[&str]) -> ContainerEdits {
-    edits::compute(driver, &request(env), &ContainerLayout::debian()).unwrap()
-}
-
-fn container_paths(e: &ContainerEdits) -> Vec<String> {
-    e.mounts
-        .iter()
-        .map(|m| m.container_path.display().to_string())
-        .chain(e.device_nodes.iter().map(|n| n.path.display().to_string()))
-        .chain(e.symlinks.iter().map(|s| s.link.display().to_string()))
-        .collect()
+#[test]
+fn no_driver_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = discover(
+        &DriverRoots {
+            root: dir.path().to_path_buf(),
+            dev_root: dir.path().to_path_buf(),
+            proc_root: dir.path().join("proc"),
+        },
+        &nvc_host::probe::RealHost,
+    )
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("no NVIDIA driver found"), "{msg}");
+    assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
 }
 
 #[test]
@@ -114,371 +739,6 @@ fn finds_the_fake_driver() {
 }
 
 #[test]
-fn gpus_are_numbered_in_pci_order_with_their_own_minors() {
-    let (_dir, fake, d) = build(FakeDriverSpec::default());
-    let mut by_bus = fake.spec.gpus.clone();
-    by_bus.sort_by(|a, b| a.bus_id.cmp(&b.bus_id));
-    assert_eq!(d.gpus.len(), by_bus.len());
-    for (i, (got, want)) in d.gpus.iter().zip(&by_bus).enumerate() {
-        assert_eq!(got.index as usize, i);
-        assert_eq!(got.bus_id, want.bus_id);
-        assert_eq!(got.uuid, want.uuid);
-        assert_eq!(got.minor, want.minor);
-        assert_eq!(
-            got.node.path,
-            Path::new(&format!("/dev/nvidia{}", want.minor))
-        );
-        assert_eq!((got.node.major, got.node.minor), (195, want.minor));
-        assert!(got.node.on_host);
-    }
-    // The fixture must really exercise the mismatch.
-    assert!(
-        d.gpus.iter().any(|g| g.index != g.minor),
-        "minors should differ from indices"
-    );
-}
-
-#[test]
-fn nothing_is_read_from_the_real_host() {
-    let (dir, fake, d) = build(FakeDriverSpec {
-        split_dev_root: true,
-        ..FakeDriverSpec::default()
-    });
-    assert_ne!(fake.dev_root, fake.root);
-    let under = |p: &Path, what: &str| {
-        assert!(
-            p.starts_with(dir.path()),
-            "{what} {} is outside the fake tree",
-            p.display()
-        );
-    };
-    for l in &d.libraries {
-        under(&l.host_path, "library");
-    }
-    for f in d
-        .binaries
-        .iter()
-        .chain(&d.firmware)
-        .chain(&d.files)
-        .chain(&d.ipc)
-    {
-        under(&f.host_path, "file");
-    }
-    let nodes = d
-        .control_nodes
-        .iter()
-        .chain(d.gpus.iter().map(|g| &g.node))
-        .chain(d.mig_config.iter())
-        .chain(d.mig_monitor.iter());
-    for n in nodes {
-        assert!(
-            n.host_path.starts_with(&fake.dev_root),
-            "node {} not under the dev root",
-            n.host_path.display()
-        );
-        assert!(
-            n.on_host,
-            "{} should exist under the split dev root",
-            n.host_path.display()
-        );
-    }
-    assert!(
-        !fake.root.join("dev/nvidiactl").exists(),
-        "split tree must not have nodes under root"
-    );
-}
-
-#[test]
-fn absolute_links_never_reach_the_real_host() {
-    let (_dir, fake, _) = build(FakeDriverSpec::default());
-    // A driver library whose link points at an absolute path that exists on the real
-    // host but not in the tree: it must be skipped, not resolved on the host.
-    let lib = fake
-        .root
-        .join("usr/local/nvidia/lib64/libnvidia-cfg.so.999.88.77");
-    std::fs::remove_file(&lib).unwrap();
-    std::os::unix::fs::symlink("/etc/passwd", &lib).unwrap();
-    let d = discover(
-        &DriverRoots {
-            root: fake.root.clone(),
-            dev_root: fake.dev_root.clone(),
-            proc_root: fake.proc_root.clone(),
-        },
-        &nvc_host::probe::RealHost,
-    )
-    .unwrap();
-    assert!(
-        d.library("libnvidia-cfg").is_none(),
-        "{:#?}",
-        d.library("libnvidia-cfg")
-    );
-    assert!(d.library("libcuda").is_some());
-}
-
-#[test]
-fn no_driver_is_one_clear_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let err = discover(
-        &DriverRoots {
-            root: dir.path().to_path_buf(),
-            dev_root: dir.path().to_path_buf(),
-            proc_root: dir.path().join("proc"),
-        },
-        &nvc_host::probe::RealHost,
-    )
-    .unwrap_err();
-    let msg = err.to_string();
-    assert!(msg.starts_with("no NVIDIA driver found"), "{msg}");
-    assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
-}
-
-#[test]
-fn selection_by_index_uuid_and_bus_id() {
-    let (_dir, _fake, d) = build(FakeDriverSpec::default());
-    for gpu in &d.gpus {
-        let forms = [
-            gpu.index.to_string(),
-            gpu.uuid.clone(),
-            gpu.bus_id.clone(),
-            gpu.bus_id[5..].to_string(),
-        ];
-        for form in forms {
-            let env = format!("NVIDIA_VISIBLE_DEVICES={form}");
-            let e = edits_for(&d, &[&env]);
-            let gpu_nodes: Vec<_> = e
-                .device_nodes
-                .iter()
-                .filter(|n| n.major == 195 && n.minor < 254)
-                .map(|n| n.path.display().to_string())
-                .collect();
-            assert_eq!(gpu_nodes, [format!("/dev/nvidia{}", gpu.minor)], "{form}");
-            assert_eq!(e.visible_gpus, std::slice::from_ref(&gpu.bus_id), "{form}");
-        }
-    }
-    let all = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=all"]);
-    assert_eq!(all.visible_gpus.len(), d.gpus.len());
-    assert_eq!(
-        all.device_nodes
-            .iter()
-            .filter(|n| n.major == 195 && n.minor < 254)
-            .count(),
-        d.gpus.len()
-    );
-}
-
-#[test]
-fn unknown_devices_are_errors_that_name_them() {
-    let (_dir, _fake, d) = build(FakeDriverSpec::default());
-    for (value, named) in [
-        ("7", "GPU index 7"),
-        (
-            "GPU-00000000-0000-0000-0000-000000000000",
-            "GPU-00000000-0000-0000-0000-000000000000",
-        ),
-        ("0000:99:00.0", "0000:99:00.0"),
-        ("0:3", "MIG device 0:3"),
-    ] {
-        let env = format!("NVIDIA_VISIBLE_DEVICES={value}");
-        let err = edits::compute(&d, &request(&[&env]), &ContainerLayout::debian()).unwrap_err();
-        let msg = err.to_string();
-        assert!(msg.contains(named), "{value}: {msg}");
-        assert!(msg.contains("NVIDIA_VISIBLE_DEVICES"), "{value}: {msg}");
-    }
-}
-
-#[test]
-fn capabilities_choose_the_files() {
-    let (_dir, _fake, d) = build(FakeDriverSpec::default());
-    let lib = "/usr/lib/x86_64-linux-gnu";
-    let utility = container_paths(&edits_for(
-        &d,
-        &[
-            "NVIDIA_VISIBLE_DEVICES=0",
-            "NVIDIA_DRIVER_CAPABILITIES=utility",
-        ],
-    ));
-    assert!(
-        utility.contains(&format!("{lib}/libnvidia-ml.so.999.88.77")),
-        "{utility:#?}"
-    );
-    assert!(utility.contains(&format!("{lib}/libnvidia-ml.so.1")));
-    assert!(utility.contains(&"/usr/bin/nvidia-smi".to_string()));
-    assert!(
-        !utility.iter().any(|p| p.contains("libcuda")),
-        "{utility:#?}"
-    );
-
-    let compute = container_paths(&edits_for(
-        &d,
-        &[
-            "NVIDIA_VISIBLE_DEVICES=0",
-            "NVIDIA_DRIVER_CAPABILITIES=compute",
-        ],
-    ));
-    assert!(
-        compute.contains(&format!("{lib}/libcuda.so.999.88.77")),
-        "{compute:#?}"
-    );
-    assert!(compute.contains(&format!("{lib}/libcuda.so.1")));
-    assert!(compute.contains(&format!("{lib}/libcuda.so")));
-    assert!(compute.contains(&"/usr/bin/nvidia-cuda-mps-control".to_string()));
-    assert!(
-        !compute.contains(&"/usr/bin/nvidia-smi".to_string()),
-        "{compute:#?}"
-    );
-    assert!(!compute.iter().any(|p| p.contains("libnvidia-ml")));
-
-    let graphics = edits_for(
-        &d,
-        &[
-            "NVIDIA_VISIBLE_DEVICES=0",
-            "NVIDIA_DRIVER_CAPABILITIES=graphics",
-        ],
-    );
-    let gp = container_paths(&graphics);
-    assert!(
-        gp.contains(&"/usr/share/vulkan/icd.d/nvidia_icd.json".to_string()),
-        "{gp:#?}"
-    );
-    assert!(gp.contains(&"/dev/nvidia-modeset".to_string()));
-    assert!(gp.contains(&format!("{lib}/libGLX_indirect.so.0")));
-    assert!(!compute.contains(&"/dev/nvidia-modeset".to_string()));
-
-    // Default: utility + compute; firmware always.
-    let default = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=all"]);
-    let kinds: Vec<MountKind> = default.mounts.iter().map(|m| m.kind).collect();
-    assert!(kinds.contains(&MountKind::Firmware));
-    let dp = container_paths(&default);
-    assert!(
-        dp.contains(&format!("{lib}/libcuda.so.1"))
-            && dp.contains(&"/usr/bin/nvidia-smi".to_string())
-    );
-    assert!(!dp.iter().any(|p| p.contains("libGLX")));
-    assert_eq!(default.ldcache_dirs, [Path::new(lib)]);
-
-    let rh = edits::compute(
-        &d,
-        &request(&["NVIDIA_VISIBLE_DEVICES=all"]),
-        &ContainerLayout::lib64(),
-    )
-    .unwrap();
-    assert!(container_paths(&rh).contains(&"/usr/lib64/libcuda.so.1".to_string()));
-    assert!(d
-        .libraries
-        .iter()
-        .all(|l| l.capabilities.iter().all(|c| *c != Capability::Compat32)));
-}
-
-#[test]
-fn none_void_and_unset() {
-    let (_dir, _fake, d) = build(FakeDriverSpec::default());
-    let none = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=none"]);
-    let paths = container_paths(&none);
-    assert!(paths.contains(&"/dev/nvidiactl".to_string()), "{paths:#?}");
-    assert!(paths.iter().any(|p| p.ends_with("libcuda.so.1")));
-    assert!(
-        !none
-            .device_nodes
-            .iter()
-            .any(|n| n.major == 195 && n.minor < 254),
-        "{paths:#?}"
-    );
-    assert!(none.visible_gpus.is_empty());
-    for env in [
-        &["NVIDIA_VISIBLE_DEVICES=void"][..],
-        &["NVIDIA_VISIBLE_DEVICES="],
-        &[],
-        &["PATH=/bin"],
-    ] {
-        assert!(edits_for(&d, env).is_empty(), "{env:?}");
-    }
-}
-
-#[test]
-fn edits_are_deterministic() {
-    let (_dir, _fake, d) = build(FakeDriverSpec::default());
-    let env = [
-        "NVIDIA_VISIBLE_DEVICES=2,0",
-        "NVIDIA_DRIVER_CAPABILITIES=all",
-    ];
-    let a = serde_json::to_string(&edits_for(&d, &env)).unwrap();
-    let b = serde_json::to_string(&edits_for(&d, &env)).unwrap();
-    assert_eq!(a, b);
-    // Rediscovering gives the same edits too.
-    let d2 = discover(&d.roots, &nvc_host::probe::RealHost).unwrap();
-    assert_eq!(a, serde_json::to_string(&edits_for(&d2, &env)).unwrap());
-}
-
-#[test]
-fn mig_devices_by_gpu_and_instance() {
-    let (_dir, _fake, d) = build(FakeDriverSpec {
-        mig: true,
-        ..FakeDriverSpec::default()
-    });
-    let gpu0 = &d.gpus[0];
-    assert!(!gpu0.mig.is_empty(), "fixture should put GPU 0 in MIG mode");
-    let e = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=0:0"]);
-    let nodes: Vec<_> = e
-        .device_nodes
-        .iter()
-        .map(|n| n.path.display().to_string())
-        .collect();
-    assert!(
-        nodes.contains(&format!("/dev/nvidia{}", gpu0.minor)),
-        "{nodes:#?}"
-    );
-    for cap in &gpu0.mig[0].caps {
-        assert!(
-            nodes.contains(&cap.path.display().to_string()),
-            "{nodes:#?}"
-        );
-        assert_eq!(cap.major, 241);
-    }
-}
-
-#[test]
-fn imex_channels_and_mig_config_for_privileged() {
-    let (_dir, _fake, d) = build(FakeDriverSpec {
-        imex_channels: 3,
-        ..FakeDriverSpec::default()
-    });
-    assert_eq!(d.imex_channels.len(), 3);
-    let e = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1"]);
-    let nodes: Vec<_> = e
-        .device_nodes
-        .iter()
-        .map(|n| n.path.display().to_string())
-        .collect();
-    assert!(
-        nodes.contains(&"/dev/nvidia-caps-imex-channels/channel1".to_string()),
-        "{nodes:#?}"
-    );
-    assert!(!nodes.contains(&"/dev/nvidia-caps-imex-channels/channel0".to_string()));
-    let err = edits::compute(
-        &d,
-        &request(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=9"]),
-        &ContainerLayout::debian(),
-    )
-    .unwrap_err();
-    assert!(err.to_string().contains("channel 9"), "{err}");
-
-    let privileged = RequestPolicy {
-        privileged: true,
-        ..RequestPolicy::default()
-    };
-    let req = Request::from_env(
-        ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"],
-        &privileged,
-    )
-    .unwrap();
-    let e = edits::compute(&d, &req, &ContainerLayout::debian()).unwrap();
-    assert!(e
-        .device_nodes
-        .iter()
-        .any(|n| n.path == Path::new("/dev/nvidia-caps/nvidia-cap1")));
-}
-
-#[test]
 fn requirements_against_the_fake_driver() {
     let (_dir, _fake, d) = build(FakeDriverSpec::default());
     let check =
@@ -510,74 +770,4 @@ fn requirements_against_the_fake_driver() {
     let err = check(&["CUDA_VERSION=100.2.1"]).unwrap_err();
     assert!(err.to_string().contains("cuda>=100.2"), "{err}");
     assert!(check(&["CUDA_VERSION=100.2.1", "NVIDIA_DISABLE_REQUIRE=1"]).is_ok());
-}
-
-#[test]
-fn compat32_adds_the_32_bit_libraries() {
-    let (_dir, fake, d) = build(FakeDriverSpec {
-        lib32: true,
-        ..FakeDriverSpec::default()
-    });
-    assert!(
-        fake.lib32_built,
-        "this test needs `gcc -m32` to link (apt-get install gcc-multilib; scripts/deps.sh does)"
-    );
-    let lib32: Vec<_> = d
-        .libraries
-        .iter()
-        .filter(|l| l.class == libnvc::discover::LibClass::Lib32)
-        .collect();
-    assert!(lib32.iter().any(|l| l.stem == "libcuda"), "{lib32:#?}");
-    let without = container_paths(&edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=0"]));
-    assert!(
-        !without
-            .iter()
-            .any(|p| p.starts_with("/usr/lib/i386-linux-gnu")),
-        "{without:#?}"
-    );
-    let with = edits_for(
-        &d,
-        &[
-            "NVIDIA_VISIBLE_DEVICES=0",
-            "NVIDIA_DRIVER_CAPABILITIES=compute,compat32",
-        ],
-    );
-    let paths = container_paths(&with);
-    assert!(
-        paths.contains(&"/usr/lib/i386-linux-gnu/libcuda.so.1".to_string()),
-        "{paths:#?}"
-    );
-    assert!(paths.contains(&"/usr/lib/i386-linux-gnu/libcuda.so.999.88.77".to_string()));
-    assert!(
-        !paths
-            .iter()
-            .any(|p| p.starts_with("/usr/lib/i386-linux-gnu/libnvidia-ml")),
-        "utility not asked"
-    );
-    assert_eq!(
-        with.ldcache_dirs,
-        [
-            Path::new("/usr/lib/x86_64-linux-gnu"),
-            Path::new("/usr/lib/i386-linux-gnu")
-        ]
-    );
-}
-
-#[test]
-fn the_devices_scope_reads_only_devices() {
-    let (_dir, _fake, full) = build(FakeDriverSpec::default());
-    let devices =
-        libnvc::discover::discover_devices(&full.roots, &nvc_host::probe::RealHost).unwrap();
-    assert_eq!(devices.version, full.version);
-    assert_eq!(devices.gpus, full.gpus);
-    assert_eq!(devices.control_nodes, full.control_nodes);
-    assert!(
-        devices.libraries.is_empty() && devices.binaries.is_empty() && devices.files.is_empty()
-    );
-    // The nodes a request gets are the same either way.
-    let env = ["NVIDIA_VISIBLE_DEVICES=2,0"];
-    assert_eq!(
-        edits_for(&devices, &env).device_nodes,
-        edits_for(&full, &env).device_nodes
-    );
 }

@@ -1,8 +1,6 @@
 //! The pieces container tests stand on: the test rootfs, OCI bundles, and the runtime harness,
 //! checked with plain runc, and one container through nvc-runtime that asks for no GPU.
-
-// The helpers below are test code too; clippy's allow-unwrap-in-tests only covers #[test] fns.
-#![allow(clippy::unwrap_used)]
+//! Needs root (runc, mounts).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

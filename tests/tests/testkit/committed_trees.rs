@@ -6,9 +6,6 @@
 //! user namespace (for `ldconfig -r`); without them, the regeneration tests say so on
 //! stderr and check nothing else. Every other test here needs no tool.
 
-// The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

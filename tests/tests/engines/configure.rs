@@ -2,8 +2,6 @@
 //! engine configs (tests/data/engines): round trips, idempotence, backups, dry runs,
 //! refusals, reverts, and containerd itself reading the result.
 
-#![allow(clippy::unwrap_used)]
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;

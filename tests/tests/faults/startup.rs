@@ -1,11 +1,6 @@
-//! Faults while GPU containers start, through nvc-runtime, nvc-hook and real runc against
-//! fake driver trees: the container's init killed before or while the hook runs, the hook
-//! killed mid-way, the low-level runtime failing after the shim edited the spec, and a
-//! hundred containers at once. Every start either succeeds or fails with a message, and
-//! afterwards the host is as it was: the same mounts, the same files outside, no process
-//! left in the rootfs, no container left in runc's state. Needs root.
-
-#![allow(clippy::unwrap_used)]
+//! Faults while GPU containers start: the container's init killed before or while the hook
+//! runs, the hook killed mid-way, the low-level runtime failing after the shim edited the
+//! spec, a hundred containers at once, and a hook that hangs past its configured timeout.
 
 use std::cell::Cell;
 use std::os::unix::fs::PermissionsExt;

@@ -1,10 +1,8 @@
-//! Bad input everywhere, through nvc-runtime and real runc against fake driver trees:
-//! malformed specs, hostile environment values, broken nvc configs, a bundle that cannot
-//! be written, and a shim killed while it saves the spec. Each refusal names the file,
+//! Bad input everywhere: malformed specs, hostile environment values, broken nvc configs,
+//! a missing driver, a bundle that cannot be written (read-only, full disk), megabytes of
+//! annotations, and a shim killed while it saves the spec. Each refusal names the file,
 //! variable or value and what is wrong; config.json is never left half-written; nothing
-//! is mounted on the host and no temporary file stays in the bundle. Needs root.
-
-#![allow(clippy::unwrap_used)]
+//! is mounted on the host and no temporary file stays in the bundle.
 
 use std::cell::Cell;
 use std::ffi::OsString;

@@ -4,11 +4,8 @@
 //!
 //! Each scenario's spec is compared with `testdata/driver-roots/golden/cdi/<scenario>.yaml`,
 //! where `$TREE` stands for the scenario's folder. After an intended change, run
-//! `NVC_BLESS=1 cargo test -p nvc-tests --test trees_cdi` to rewrite them, and review the
+//! `NVC_BLESS=1 cargo test -p nvc-tests --test cdi golden` to rewrite them, and review the
 //! diff.
-
-// The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
 
@@ -17,9 +14,9 @@ use libnvc::discover::{discover, Driver};
 use nvc_tests::trees::{self, DriverTree};
 use serde_json::{json, Value};
 
+use super::{device, spec_nodes, HOOK_ENV, LIB};
+
 const HOOK: &str = "/usr/bin/nvc-hook";
-const LIB: &str = "/usr/lib/x86_64-linux-gnu";
-const HOOK_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 fn driver(name: &str) -> (DriverTree, Driver) {
     let tree = DriverTree::committed(name);
@@ -41,34 +38,6 @@ fn as_json(spec: &Spec) -> Value {
 
 fn names(spec: &Spec) -> Vec<String> {
     spec.devices.iter().map(|d| d.name.clone()).collect()
-}
-
-/// The device nodes of a containerEdits as "path major:minor".
-fn spec_nodes(edits: &Value) -> Vec<String> {
-    edits["deviceNodes"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|n| {
-                    format!(
-                        "{} {}:{}",
-                        n["path"].as_str().unwrap(),
-                        n["major"],
-                        n["minor"]
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn device<'a>(spec: &'a Value, name: &str) -> &'a Value {
-    spec["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == name)
-        .unwrap_or_else(|| panic!("no device {name} in {spec:#}"))
 }
 
 #[test]

@@ -8,8 +8,12 @@
 //! where the NVIDIA driver is loaded, and fails with ENXIO ("No such device or address")
 //! or ENODEV where it is not (the fake tree's 195:N on a machine without a GPU). The tests
 //! assert exactly that distinction.
+//!
+//! A device node made inside a container for a GPU it was not given is in `hostile`
+//! (`device_nodes`).
 
-#![allow(clippy::unwrap_used)]
+// The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

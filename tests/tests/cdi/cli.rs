@@ -1,0 +1,256 @@
+//! `nvc cdi generate` and `nvc cdi list` through the built binary, on a fake driver tree
+//! built at run time (root: the tree has device nodes).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use libnvc::cdi::Spec;
+use nvc_tests::workspace_bin;
+use serde_json::{json, Value};
+
+use super::{device, spec_nodes, Host, HOOK_ENV, LIB};
+
+fn names(spec: &Value) -> Vec<String> {
+    spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn generated_spec_describes_the_fake_driver() {
+    let h = Host::new();
+    let text = h.ok(&["cdi", "generate", "--format", "json"]);
+    let spec: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(spec["cdiVersion"], "0.5.0");
+    assert_eq!(spec["kind"], "nvidia.com/gpu");
+    assert_eq!(names(&spec), ["0", "1", "2", "all"]);
+
+    // one node per GPU, with the numbers of its /dev/nvidia<minor>, in bus order
+    let gpus = h.gpus_in_bus_order();
+    let mut all = Vec::new();
+    for (i, g) in gpus.iter().enumerate() {
+        let want = format!("/dev/nvidia{} 195:{}", g.minor, g.minor);
+        let d = device(&spec, &i.to_string());
+        assert_eq!(
+            spec_nodes(&d["containerEdits"]),
+            std::slice::from_ref(&want)
+        );
+        let node = &d["containerEdits"]["deviceNodes"][0];
+        assert_eq!(node["type"], "c");
+        assert_eq!(
+            node["hostPath"],
+            json!(h.fake.dev_root.join(format!("dev/nvidia{}", g.minor)))
+        );
+        all.push(want);
+    }
+    assert_eq!(spec_nodes(&device(&spec, "all")["containerEdits"]), all);
+
+    let edits = &spec["containerEdits"];
+    assert_eq!(edits["env"], json!(["NVIDIA_VISIBLE_DEVICES=void"]));
+    let control = spec_nodes(edits);
+    for want in [
+        "/dev/nvidiactl 195:255",
+        "/dev/nvidia-uvm 238:0",
+        "/dev/nvidia-uvm-tools 238:1",
+    ] {
+        assert!(control.contains(&want.to_string()), "{control:?}");
+    }
+
+    // every mount's host file exists; libraries go to the Debian folder, read-only
+    let mounts = edits["mounts"].as_array().unwrap();
+    assert!(!mounts.is_empty());
+    for m in mounts {
+        let host = Path::new(m["hostPath"].as_str().unwrap());
+        assert!(host.is_absolute() && host.exists(), "{m}");
+        assert!(host.starts_with(&h.fake.root), "{m}");
+        assert!(Path::new(m["containerPath"].as_str().unwrap()).is_absolute());
+        let options: Vec<&str> = m["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o.as_str().unwrap())
+            .collect();
+        assert!(
+            options.contains(&"bind") && options.contains(&"nosuid"),
+            "{m}"
+        );
+    }
+    let libcuda = mounts
+        .iter()
+        .find(|m| m["containerPath"] == format!("{LIB}/libcuda.so.999.88.77"))
+        .unwrap();
+    assert_eq!(libcuda["options"], json!(["ro", "nosuid", "nodev", "bind"]));
+    assert!(mounts
+        .iter()
+        .any(|m| m["containerPath"] == "/usr/bin/nvidia-smi"));
+
+    // hooks: createContainer, the configured absolute hook path, only PATH
+    let hook_path = workspace_bin("nvc-hook");
+    let hooks = edits["hooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 2, "{hooks:?}");
+    for hook in hooks {
+        assert_eq!(hook["hookName"], "createContainer");
+        assert_eq!(hook["path"], json!(hook_path));
+        assert!(Path::new(hook["path"].as_str().unwrap()).is_absolute());
+        assert_eq!(hook["env"], json!([HOOK_ENV]));
+        assert_eq!(hook["args"][0], "nvc-hook");
+    }
+    let links: Vec<&str> = hooks[0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(links[1], "cdi-links");
+    assert!(links.contains(&&*format!("libcuda.so.999.88.77::{LIB}/libcuda.so.1")));
+    assert!(links.contains(&&*format!(
+        "libnvidia-ml.so.999.88.77::{LIB}/libnvidia-ml.so.1"
+    )));
+    assert_eq!(
+        hooks[1]["args"],
+        json!([
+            "nvc-hook",
+            "update-ldcache",
+            "--folder",
+            LIB,
+            "--cuda-compat-above",
+            "999.88.77"
+        ])
+    );
+
+    // the YAML form holds the same spec
+    let yaml = h.ok(&["cdi", "generate", "--format", "yaml"]);
+    assert!(
+        yaml.starts_with("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\n"),
+        "{yaml}"
+    );
+    assert_eq!(
+        Spec::parse(&yaml).unwrap(),
+        serde_json::from_value::<Spec>(spec).unwrap()
+    );
+}
+
+#[test]
+fn device_names_follow_the_strategy() {
+    let h = Host::new();
+    let uuids: Vec<String> = h
+        .gpus_in_bus_order()
+        .iter()
+        .map(|g| g.uuid.clone())
+        .collect();
+    let cases: [(&str, Vec<String>); 3] = [
+        ("index", vec!["0".into(), "1".into(), "2".into()]),
+        ("uuid", uuids.clone()),
+        (
+            "both",
+            (0..3)
+                .flat_map(|i| [i.to_string(), uuids[i].clone()])
+                .collect(),
+        ),
+    ];
+    for (strategy, mut want) in cases {
+        want.push("all".into());
+        let spec: Value = serde_json::from_str(&h.ok(&[
+            "cdi",
+            "generate",
+            "--format",
+            "json",
+            "--device-name-strategy",
+            strategy,
+        ]))
+        .unwrap();
+        assert_eq!(names(&spec), want, "{strategy}");
+        // a GPU's devices under both names carry the same edits
+        if strategy == "both" {
+            assert_eq!(
+                device(&spec, "1")["containerEdits"],
+                device(&spec, &uuids[1])["containerEdits"]
+            );
+        }
+        let listed = h.ok(&["cdi", "list", "--device-name-strategy", strategy]);
+        let qualified: Vec<String> = want.iter().map(|n| format!("nvidia.com/gpu={n}")).collect();
+        assert_eq!(listed.lines().collect::<Vec<_>>(), qualified, "{strategy}");
+    }
+    // `list --spec` reads a spec file, JSON or YAML
+    let file = h.dir.path().join("nvidia.yaml");
+    h.ok(&[
+        "cdi",
+        "generate",
+        "--device-name-strategy",
+        "uuid",
+        "--output",
+        file.to_str().unwrap(),
+    ]);
+    let listed = h.ok(&["cdi", "list", "--spec", file.to_str().unwrap()]);
+    assert_eq!(
+        listed.lines().next(),
+        Some(&*format!("nvidia.com/gpu={}", uuids[0]))
+    );
+    assert_eq!(listed.lines().last(), Some("nvidia.com/gpu=all"));
+    let bad = h.dir.path().join("bad.yaml");
+    std::fs::write(&bad, "kind: [").unwrap();
+    let out = h.nvc(&["cdi", "list", "--spec", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "nvc: cannot read the CDI spec {}: invalid CDI spec",
+            bad.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn generation_is_deterministic_and_writes_files_atomically() {
+    let h = Host::new();
+    for format in ["json", "yaml"] {
+        let first = h.ok(&["cdi", "generate", "--format", format]);
+        let second = h.ok(&["cdi", "generate", "--format", format]);
+        assert_eq!(first, second, "{format}");
+    }
+    // the format comes from the extension; stdout is YAML
+    let stdout_yaml = h.ok(&["cdi", "generate"]);
+    assert_eq!(stdout_yaml, h.ok(&["cdi", "generate", "--format", "yaml"]));
+    let out_dir = h.dir.path().join("cdi");
+    for (name, want) in [
+        (
+            "nvidia.json",
+            h.ok(&["cdi", "generate", "--format", "json"]),
+        ),
+        ("nvidia.yml", stdout_yaml.clone()),
+    ] {
+        let path = out_dir.join(name);
+        assert_eq!(
+            h.ok(&["cdi", "generate", "--output", path.to_str().unwrap()]),
+            ""
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), want, "{name}");
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o644, "{name}");
+    }
+    // replacing keeps nothing else behind
+    let path = out_dir.join("nvidia.json");
+    h.ok(&["cdi", "generate", "--output", path.to_str().unwrap()]);
+    let mut left: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["nvidia.json", "nvidia.yml"]);
+    // an extension that says nothing is an error naming the fix
+    let odd = h.dir.path().join("nvidia.spec");
+    let out = h.nvc(&["cdi", "generate", "--output", odd.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "nvc: cannot tell the format of {} from its extension: name it .json, .yaml or .yml, or pass --format",
+            odd.display()
+        )
+    );
+    assert!(!odd.exists());
+}

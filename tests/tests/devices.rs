@@ -1,0 +1,386 @@
+//! GPU selection and device nodes: which GPUs and nodes a request gets (by index, UUID or
+//! bus id; MIG devices with their capability nodes; IMEX channels; the MIG config and
+//! monitor nodes of privileged containers; `none`, `void` or nothing asked), the errors
+//! that name a device the host does not have, and the nodes of real containers, through
+//! nvc-runtime or with nvc-hook alone in the spec as Docker's `--gpus` and Podman's
+//! hooks.d run it.
+//!
+//! The edits are computed on the committed driver trees (`testdata/driver-roots`), read
+//! through `libnvc::probe::TreeProbe`: no root, no GPU. The containers run under real
+//! runc, through nvc-runtime and nvc-hook against fake driver trees, and are asserted from
+//! inside: they need root (runc, device nodes, mounts).
+
+// The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use libnvc::edits::{self, ContainerLayout, EditsError};
+use libnvc::request::{Request, RequestPolicy};
+use nvc_tests::{tree_digest, Runtime};
+use serde_json::json;
+
+mod common;
+
+use common::containers::{nodes_inside, World, LIST_NODES};
+use common::edits::{container_paths, driver, edits_for, gpu_nodes, node_paths, request};
+use common::LIB;
+
+// ---------------------------------------------------------------------------------------
+// On the committed driver trees.
+
+#[test]
+fn selection_by_index_uuid_and_bus_id() {
+    let (_tree, d) = driver("basic-2gpu");
+    for gpu in &d.gpus {
+        let forms = [
+            gpu.index.to_string(),
+            gpu.uuid.clone(),
+            gpu.uuid.to_uppercase(),
+            gpu.bus_id.clone(),
+            gpu.bus_id[5..].to_string(),
+        ];
+        for form in forms {
+            let env = format!("NVIDIA_VISIBLE_DEVICES={form}");
+            let e = edits_for(&d, &[&env]);
+            assert_eq!(
+                gpu_nodes(&e),
+                [format!("/dev/nvidia{}", gpu.minor)],
+                "{form}"
+            );
+            assert_eq!(e.visible_gpus, std::slice::from_ref(&gpu.bus_id), "{form}");
+        }
+    }
+    // Index 0 is the lowest bus id, whose minor is 1.
+    let e = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=0"]);
+    assert_eq!(gpu_nodes(&e), ["/dev/nvidia1"]);
+    // In the order asked, each once.
+    let e = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=1,0,1"]);
+    assert_eq!(gpu_nodes(&e), ["/dev/nvidia0", "/dev/nvidia1"]);
+    assert_eq!(e.visible_gpus, ["0000:1a:00.0", "0000:06:00.0"]);
+    let all = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=all"]);
+    assert_eq!(all.visible_gpus, ["0000:06:00.0", "0000:1a:00.0"]);
+    assert_eq!(gpu_nodes(&all), ["/dev/nvidia1", "/dev/nvidia0"]);
+}
+
+#[test]
+fn unknown_devices_are_errors_that_name_them() {
+    let (_tree, d) = driver("basic-2gpu");
+    for (value, named) in [
+        ("7", "GPU index 7"),
+        (
+            "GPU-00000000-0000-0000-0000-000000000000",
+            "GPU-00000000-0000-0000-0000-000000000000",
+        ),
+        ("0000:99:00.0", "0000:99:00.0"),
+        ("0:3", "MIG device 0:3"),
+    ] {
+        let env = format!("NVIDIA_VISIBLE_DEVICES={value}");
+        let err = edits::compute(&d, &request(&[&env]), &ContainerLayout::debian()).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains(named), "{value}: {msg}");
+        assert!(msg.contains("NVIDIA_VISIBLE_DEVICES"), "{value}: {msg}");
+        assert!(
+            msg.contains("this host has 2 GPUs, indices 0-1") || value == "0:3",
+            "{msg}"
+        );
+    }
+    let err = edits::compute(
+        &d,
+        &request(&["NVIDIA_VISIBLE_DEVICES=MIG-5d3a2d1c-0b0a-4c5e-9f00-123456789abc"]),
+        &ContainerLayout::debian(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, EditsError::Unsupported { .. }), "{err}");
+}
+
+#[test]
+fn none_void_and_unset() {
+    let (_tree, d) = driver("basic-2gpu");
+    let none = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=none"]);
+    let paths = container_paths(&none);
+    assert!(paths.contains(&"/dev/nvidiactl".to_string()), "{paths:#?}");
+    assert!(paths.iter().any(|p| p.ends_with("libcuda.so.1")));
+    assert!(gpu_nodes(&none).is_empty(), "{paths:#?}");
+    assert!(none.visible_gpus.is_empty());
+    for env in [
+        &["NVIDIA_VISIBLE_DEVICES=void"][..],
+        &["NVIDIA_VISIBLE_DEVICES="],
+        &[],
+        &["PATH=/bin"],
+    ] {
+        assert!(edits_for(&d, env).is_empty(), "{env:?}");
+    }
+}
+
+#[test]
+fn mig_devices_by_gpu_and_instance() {
+    let (_tree, d) = driver("mig");
+    let gpu0 = &d.gpus[0];
+    assert_eq!(gpu0.mig.len(), 2, "the scenario puts GPU 0 in MIG mode");
+    for mig in &gpu0.mig {
+        let env = format!("NVIDIA_VISIBLE_DEVICES=0:{}", mig.index);
+        let e = edits_for(&d, &[&env]);
+        let nodes = node_paths(&e);
+        assert!(nodes.contains(&"/dev/nvidia1".to_string()), "{nodes:#?}");
+        for cap in &mig.caps {
+            assert!(
+                nodes.contains(&cap.path.display().to_string()),
+                "{nodes:#?}"
+            );
+            assert_eq!(cap.major, 241);
+        }
+        // The other instance's capabilities are not given.
+        let other = &gpu0.mig[1 - mig.index as usize];
+        for cap in &other.caps {
+            assert!(!nodes.contains(&cap.path.display().to_string()));
+        }
+        assert_eq!(e.visible_gpus, ["0000:06:00.0"]);
+    }
+    // Both instances and the whole second GPU.
+    let e = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=0:0,0:1,1"]);
+    assert_eq!(gpu_nodes(&e), ["/dev/nvidia0", "/dev/nvidia1"]);
+    assert_eq!(e.device_nodes.iter().filter(|n| n.major == 241).count(), 4);
+    let err = edits::compute(
+        &d,
+        &request(&["NVIDIA_VISIBLE_DEVICES=1:0"]),
+        &ContainerLayout::debian(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("GPU 1 has 0 MIG devices"), "{err}");
+}
+
+#[test]
+fn imex_channels_and_mig_config_for_privileged() {
+    let (_tree, d) = driver("imex");
+    let e = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=1"]);
+    let nodes = node_paths(&e);
+    assert!(
+        nodes.contains(&"/dev/nvidia-caps-imex-channels/channel1".to_string()),
+        "{nodes:#?}"
+    );
+    assert!(!nodes.contains(&"/dev/nvidia-caps-imex-channels/channel0".to_string()));
+    let all = edits_for(
+        &d,
+        &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=all"],
+    );
+    assert_eq!(
+        all.device_nodes.iter().filter(|n| n.major == 242).count(),
+        3
+    );
+    let err = edits::compute(
+        &d,
+        &request(&["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_IMEX_CHANNELS=9"]),
+        &ContainerLayout::debian(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("channel 9"), "{err}");
+
+    let privileged = RequestPolicy {
+        privileged: true,
+        ..RequestPolicy::default()
+    };
+    let req = Request::from_env(
+        [
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_MIG_CONFIG_DEVICES=all",
+            "NVIDIA_MIG_MONITOR_DEVICES=0",
+        ],
+        &privileged,
+    )
+    .unwrap();
+    let e = edits::compute(&d, &req, &ContainerLayout::debian()).unwrap();
+    let nodes = node_paths(&e);
+    assert!(
+        nodes.contains(&"/dev/nvidia-caps/nvidia-cap1".to_string()),
+        "{nodes:#?}"
+    );
+    assert!(
+        nodes.contains(&"/dev/nvidia-caps/nvidia-cap2".to_string()),
+        "{nodes:#?}"
+    );
+    // Unprivileged, the MIG variables are refused.
+    let err = Request::from_env(
+        ["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"],
+        &RequestPolicy::default(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("needs a privileged container"),
+        "{err}"
+    );
+}
+
+#[test]
+fn no_kernel_module_gives_the_files_but_no_gpu() {
+    let (_tree, d) = driver("no-kernel-module");
+    let e = edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=all"]);
+    assert!(e.visible_gpus.is_empty());
+    assert!(gpu_nodes(&e).is_empty());
+    // nvidiactl is given by its numbers: runc makes it; the libraries are there.
+    assert_eq!(node_paths(&e), ["/dev/nvidiactl"]);
+    assert!(!e.device_nodes[0].on_host);
+    assert!(container_paths(&e).contains(&format!("{LIB}/libcuda.so.1")));
+    let err = edits::compute(
+        &d,
+        &request(&["NVIDIA_VISIBLE_DEVICES=0"]),
+        &ContainerLayout::debian(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("this host has no GPU"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// In containers under runc.
+
+#[test]
+fn index_uuid_and_bus_id_select_exactly_one_node() {
+    let w = World::new();
+    for (i, g) in w.gpus_in_bus_order().iter().enumerate() {
+        for form in [i.to_string(), g.uuid.clone(), g.bus_id.clone()] {
+            let out = w.ok(&[&format!("NVIDIA_VISIBLE_DEVICES={form}")], LIST_NODES);
+            let gpus: Vec<String> = nodes_inside(&out)
+                .into_iter()
+                .filter(|n| n.contains(" 195:") && !n.contains("195:255"))
+                .collect();
+            assert_eq!(
+                gpus,
+                [format!("/dev/nvidia{} 195:{}", g.minor, g.minor)],
+                "{form}: {out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn none_gives_driver_files_without_gpus() {
+    let w = World::new();
+    let out = w.ok(
+        &["NVIDIA_VISIBLE_DEVICES=none"],
+        &format!("{LIST_NODES}; nvc-probe"),
+    );
+    let nodes = nodes_inside(&out);
+    assert!(
+        nodes.contains(&"/dev/nvidiactl 195:255".to_string()),
+        "{out}"
+    );
+    assert!(
+        !nodes
+            .iter()
+            .any(|n| n.contains(" 195:") && !n.contains("195:255")),
+        "{out}"
+    );
+    assert!(out.contains("libcuda=ok"), "{out}");
+}
+
+#[test]
+fn void_and_unset_leave_everything_untouched() {
+    let w = World::new();
+    for env in [&["NVIDIA_VISIBLE_DEVICES=void"][..], &[]] {
+        let before_rootfs = tree_digest(&w.rootfs.path);
+        let b = w.bundle(env, &format!("{LIST_NODES}; nvc-probe"));
+        let before_config = std::fs::read(b.config_path()).unwrap();
+        let out = w.rt.run(&b, &format!("nvc-void-{}", w.n.get()));
+        assert!(out.success(), "{out:?}");
+        assert!(
+            nodes_inside(&out.stdout).is_empty(),
+            "{env:?}: {}",
+            out.stdout
+        );
+        assert!(out.stdout.contains("libcuda=missing"), "{}", out.stdout);
+        assert_eq!(
+            std::fs::read(b.config_path()).unwrap(),
+            before_config,
+            "config.json changed"
+        );
+        assert_eq!(tree_digest(&w.rootfs.path), before_rootfs, "rootfs changed");
+    }
+}
+
+/// The spec's `hooks` as Docker's `--gpus` or a Podman hooks.d file give them: nvc-hook
+/// alone, run by its other name, with the nvc config `config`.
+fn hook_only(config: &std::path::Path) -> serde_json::Value {
+    json!({"prestart": [{
+        "path": nvc_tests::workspace_bin("nvc-hook"),
+        "args": ["nvidia-container-runtime-hook", "prestart"],
+        "env": [format!("NVC_CONFIG={}", config.display())],
+    }]})
+}
+
+#[test]
+fn hook_only_mode_makes_nothing_in_a_dev_bound_from_the_host() {
+    // `-v /dev:/dev`: the container's /dev is a volume, not the runtime's fresh tmpfs. The
+    // hook, which binds the nodes itself here, refuses rather than make mount points in
+    // the host folder behind it.
+    let w = World::new();
+    let config = w.dir.path().join("config.toml");
+    // A tmpfs, as the host's devtmpfs is to statfs: only the spec tells it from the
+    // runtime's own /dev.
+    let host_dev =
+        nvc_tests::TestMount::tmpfs(&w.dir.path().join("host-dev"), "mode=0755").unwrap();
+    let volume = host_dev.path().to_path_buf();
+    let b = w
+        .bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "true")
+        .set(
+            "/mounts/1",
+            json!({"destination": "/dev", "type": "bind", "source": volume,
+                   "options": ["rbind", "rprivate"]}),
+        )
+        .set("/hooks", hook_only(&config))
+        .write()
+        .unwrap();
+    assert_eq!(b.config["mounts"][1]["destination"], "/dev");
+    let rt = Runtime::runc(&w.dir.path().join("runc-state"));
+    let out = rt.run(&b, &format!("nvc-hostdev-{}", std::process::id()));
+    assert!(!out.success(), "{out:?}");
+    let said = format!("{}{}", out.stderr, out.log_messages().join("\n"));
+    assert!(
+        said.contains("/dev") && said.contains("not the container's root filesystem"),
+        "{said}"
+    );
+    let made: Vec<String> = std::fs::read_dir(&volume)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("nvidia"))
+        .collect();
+    assert!(made.is_empty(), "nvc made {made:?} in the host's folder");
+}
+
+#[test]
+fn hook_only_mode_binds_the_device_nodes_itself() {
+    // As Docker's --gpus or a Podman hooks.d file runs it: plain runc, the hook in the
+    // spec, no device in linux.devices.
+    let w = World::new();
+    let config = w.dir.path().join("config.toml");
+    let gpu = w.gpus_in_bus_order()[1].clone();
+    let b = w
+        .bundle(
+            &["NVIDIA_VISIBLE_DEVICES=1"],
+            &format!("{LIST_NODES}; nvc-probe"),
+        )
+        .set("/hooks", hook_only(&config))
+        .write()
+        .unwrap();
+    let rt = Runtime::runc(&w.dir.path().join("runc-state"));
+    let out = rt.run(&b, &format!("nvc-hookonly-{}", std::process::id()));
+    assert!(out.success(), "{out:?}\n{}", w.nvc_log());
+    let nodes = nodes_inside(&out.stdout);
+    assert!(
+        nodes.contains(&format!("/dev/nvidia{} 195:{}", gpu.minor, gpu.minor)),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        nodes.contains(&"/dev/nvidiactl 195:255".to_string()),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        nodes
+            .iter()
+            .filter(|n| n.contains(" 195:") && !n.contains("195:255"))
+            .count(),
+        1,
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("libcuda=ok"), "{}", out.stdout);
+}

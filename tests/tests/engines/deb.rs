@@ -1,0 +1,310 @@
+//! The .deb from `packaging/build-deb.sh`: installed, run and purged in a scratch root
+//! (`dpkg --root`), and its binaries running GPU containers with a private dockerd.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use libnvc::report::error_chain;
+use nvc_tests::{require_root, tree_digest, workspace_bin, Dockerd, RootfsSpec, TestRootfs};
+
+use super::{assert_gpus, host_configs, run, World, IMAGE, PROBE};
+
+/// A scratch root for dpkg: the test rootfs (busybox for the maintainer scripts, glibc and
+/// libgcc_s for nvc) with an empty dpkg database. Maintainer scripts run chrooted into it.
+fn dpkg_root(dir: &Path) -> TestRootfs {
+    let rootfs = RootfsSpec::default().build(dir).unwrap();
+    for sub in ["info", "updates", "triggers"] {
+        std::fs::create_dir_all(dir.join("var/lib/dpkg").join(sub)).unwrap();
+    }
+    for file in ["status", "available"] {
+        std::fs::write(dir.join("var/lib/dpkg").join(file), "").unwrap();
+    }
+    // The maintainer scripts use cmp and rmdir (Essential on Debian; busybox here) and
+    // /dev/null.
+    for applet in ["cmp", "rmdir"] {
+        std::os::unix::fs::symlink("busybox", dir.join("usr/bin").join(applet)).unwrap();
+    }
+    let null = dir.join("dev/null");
+    assert!(Command::new("mknod")
+        .args(["-m", "0666"])
+        .arg(&null)
+        .args(["c", "1", "3"])
+        .status()
+        .unwrap()
+        .success());
+    let libgcc = [
+        "/lib/x86_64-linux-gnu/libgcc_s.so.1",
+        "/usr/lib/x86_64-linux-gnu/libgcc_s.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .expect("libgcc_s.so.1 (package libgcc-s1) is installed");
+    std::fs::copy(libgcc, dir.join("usr/lib/x86_64-linux-gnu/libgcc_s.so.1")).unwrap();
+    rootfs
+}
+
+/// The user's own Docker and containerd configs, which a purge must give back byte for
+/// byte when nothing but nvc changed them.
+const USERS_DAEMON_JSON: &str =
+    "{\n  \"log-level\": \"warn\",\n  \"runtimes\": {\"other\": {\"path\": \"/usr/bin/other\"}}\n}\n";
+const USERS_CONTAINERD_TOML: &str =
+    "# the user's containerd config\nversion = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n";
+
+/// `tree_digest` of `root` without dpkg's database.
+fn digest_without_dpkg_db(root: &Path) -> String {
+    tree_digest(root)
+        .lines()
+        .filter(|l| !l.starts_with("./var/lib/dpkg/"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn deb_installs_runs_and_purges_back_to_the_users_config() {
+    require_root("dpkg --root and chroot need root");
+    let host_before = host_configs();
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let bin_dir = workspace_bin("nvc").parent().unwrap().to_path_buf();
+    let built = run(Command::new("bash")
+        .arg(repo.join("packaging/build-deb.sh"))
+        .arg("--bin-dir")
+        .arg(&bin_dir)
+        .arg("--out")
+        .arg(dir.path()));
+    built.assert_success();
+    let deb = PathBuf::from(built.stdout.lines().last().unwrap());
+    assert!(deb.is_file(), "{built:?}");
+
+    let root = dir.path().join("root");
+    dpkg_root(&root);
+    for (file, text) in [
+        ("etc/docker/daemon.json", USERS_DAEMON_JSON),
+        ("etc/containerd/config.toml", USERS_CONTAINERD_TOML),
+    ] {
+        std::fs::create_dir_all(root.join(file).parent().unwrap()).unwrap();
+        std::fs::write(root.join(file), text).unwrap();
+    }
+    let before = digest_without_dpkg_db(&root);
+    let dpkg = |args: &[&str]| {
+        run(Command::new("dpkg")
+            .arg(format!("--root={}", root.display()))
+            .args(args))
+    };
+    let chroot = |args: &[&str]| run(Command::new("chroot").arg(&root).args(args));
+    let read = |file: &str| std::fs::read_to_string(root.join(file)).unwrap();
+    // The scratch root's dpkg database lacks libc6 and libgcc-s1.
+    let install = || {
+        dpkg(&["--force-depends", "-i", &deb.to_string_lossy()])
+            .assert_success()
+            .clone()
+    };
+
+    install();
+    for file in [
+        "usr/bin/nvc",
+        "usr/bin/nvc-runtime",
+        "usr/bin/nvc-hook",
+        "etc/nvc/config.toml",
+        "usr/share/containers/oci/hooks.d/oci-nvc-hook.json",
+        "usr/share/doc/nvc/README.md",
+        "usr/share/doc/nvc/nvc.txt",
+        "usr/share/doc/nvc/copyright",
+    ] {
+        assert!(root.join(file).is_file(), "{file} is not installed");
+    }
+    assert_eq!(
+        read("etc/nvc/config.toml"),
+        std::fs::read_to_string(repo.join("config/config.toml")).unwrap()
+    );
+    let hook: serde_json::Value =
+        serde_json::from_str(&read("usr/share/containers/oci/hooks.d/oci-nvc-hook.json")).unwrap();
+    assert_eq!(
+        hook,
+        serde_json::json!({
+            "version": "1.0.0",
+            "hook": {
+                "path": "/usr/bin/nvc-hook",
+                "args": ["nvc-hook", "prestart"],
+                "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                "timeout": 32,
+            },
+            "when": {"always": true},
+            "stages": ["prestart"],
+        })
+    );
+    let help = read("usr/share/doc/nvc/nvc.txt");
+    for command in [
+        "nvc --help",
+        "nvc runtime configure --help",
+        "nvc cdi generate --help",
+    ] {
+        assert!(
+            help.contains(&format!("==> {command}")),
+            "nvc.txt lacks {command}"
+        );
+    }
+    let status = dpkg(&["-s", "nvc"]);
+    assert!(
+        status.stdout.contains("Status: install ok installed"),
+        "{status:?}"
+    );
+    assert!(
+        status.stdout.contains("Conffiles:\n /etc/nvc/config.toml"),
+        "{status:?}"
+    );
+
+    // The installed binaries run (chrooted: the scratch root's glibc).
+    let version = chroot(&["/usr/bin/nvc", "--version"]);
+    version.assert_success();
+    assert!(version.stdout.starts_with("nvc 0."), "{version:?}");
+
+    // Register with Docker and containerd as a user would; purge gives their configs back.
+    let configure = |args: &[&str]| {
+        let mut command = vec!["/usr/bin/nvc", "runtime", "configure"];
+        command.extend(args);
+        chroot(&command).assert_success().clone()
+    };
+    configure(&["--runtime", "docker", "--gpus-alias"]);
+    configure(&["--runtime", "containerd"]);
+    assert_eq!(
+        std::fs::read_link(root.join("usr/bin/nvidia-container-runtime-hook")).unwrap(),
+        Path::new("nvc-hook")
+    );
+    let json: serde_json::Value = serde_json::from_str(&read("etc/docker/daemon.json")).unwrap();
+    assert_eq!(
+        json["runtimes"]["nv"]["path"], "/usr/bin/nvc-runtime",
+        "{json}"
+    );
+    assert!(read("etc/containerd/conf.d/99-nvc.toml").contains("/usr/bin/nvc-runtime"));
+    let purge = dpkg(&["--purge", "nvc"]);
+    purge.assert_success();
+    assert_eq!(
+        read("etc/docker/daemon.json"),
+        USERS_DAEMON_JSON,
+        "{purge:?}"
+    );
+    assert_eq!(
+        read("etc/containerd/config.toml"),
+        USERS_CONTAINERD_TOML,
+        "{purge:?}"
+    );
+    // Everything the package installed or nvc wrote is gone, the user's files are back.
+    assert_eq!(digest_without_dpkg_db(&root), before, "{purge:?}");
+    let status = dpkg(&["-s", "nvc"]);
+    assert!(
+        !status.stdout.contains("Status: install ok installed"),
+        "{status:?}"
+    );
+
+    // A user who edits daemon.json after configuring keeps the edit; only nvc's runtime
+    // goes.
+    install();
+    configure(&["--runtime", "docker"]);
+    let mut json: serde_json::Value =
+        serde_json::from_str(&read("etc/docker/daemon.json")).unwrap();
+    json["debug"] = true.into();
+    std::fs::write(root.join("etc/docker/daemon.json"), json.to_string()).unwrap();
+    let purge = dpkg(&["--purge", "nvc"]);
+    purge.assert_success();
+    let json: serde_json::Value = serde_json::from_str(&read("etc/docker/daemon.json")).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "log-level": "warn",
+            "runtimes": {"other": {"path": "/usr/bin/other"}},
+            "debug": true,
+        }),
+        "{purge:?}"
+    );
+    assert!(!root.join("etc/docker/daemon.json.nvc-backup").exists());
+    assert!(!root.join("usr/bin/nvc").exists());
+
+    // A daemon.json that nvc made goes with it, and so does the --gpus-alias link.
+    std::fs::remove_file(root.join("etc/docker/daemon.json")).unwrap();
+    install();
+    configure(&["--runtime", "docker", "--gpus-alias"]);
+    let purge = dpkg(&["--purge", "nvc"]);
+    purge.assert_success();
+    assert!(!root.join("etc/docker/daemon.json").exists(), "{purge:?}");
+    assert!(
+        std::fs::symlink_metadata(root.join("usr/bin/nvidia-container-runtime-hook")).is_err(),
+        "{purge:?}"
+    );
+    assert_eq!(
+        host_configs(),
+        host_before,
+        "the host's engine configs changed"
+    );
+}
+
+/// The packaged binaries, not the workspace's: the .deb's `nvc` registers the .deb's
+/// `nvc-runtime` with dockerd, and `docker run --runtime=nv` gets its GPUs through them
+/// and the .deb's `nvc-hook`.
+#[test]
+fn deb_binaries_run_gpu_containers_with_dockerd() {
+    let w = World::new();
+    let bin_dir = workspace_bin("nvc").parent().unwrap().to_path_buf();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let out_dir = w.path("deb");
+    let built = run(Command::new("bash")
+        .arg(repo.join("packaging/build-deb.sh"))
+        .arg("--bin-dir")
+        .arg(&bin_dir)
+        .arg("--out")
+        .arg(&out_dir));
+    built.assert_success();
+    let deb = PathBuf::from(built.stdout.lines().last().unwrap());
+    let pkg = w.path("pkg");
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&pkg)).assert_success();
+    let packaged = |name: &str| pkg.join("usr/bin").join(name);
+
+    // The test's nvc config, with the packaged hook.
+    let config = w.path("deb-config.toml");
+    let text = std::fs::read_to_string(&w.config).unwrap().replace(
+        &workspace_bin("nvc-hook").display().to_string(),
+        &packaged("nvc-hook").display().to_string(),
+    );
+    assert!(
+        text.contains(&packaged("nvc-hook").display().to_string()),
+        "{text}"
+    );
+    std::fs::write(&config, text).unwrap();
+    let daemon_json = w.path("deb-daemon.json");
+    let configured = run(Command::new(packaged("nvc"))
+        .args(["runtime", "configure", "--runtime", "docker", "--config"])
+        .arg(&daemon_json)
+        .arg("--runtime-path")
+        .arg(packaged("nvc-runtime"))
+        .env_remove("NVC_CONFIG"));
+    configured.assert_success();
+
+    let dockerd = Dockerd::start(
+        &w.path("docker"),
+        &daemon_json,
+        &[
+            ("PATH", nvc_tests::engine_path().as_os_str()),
+            ("NVC_CONFIG", config.as_os_str()),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    dockerd
+        .import(&w.tarball, IMAGE)
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let mut opts: Vec<String> = vec![
+        "--runtime=nv".into(),
+        "-e".into(),
+        "NVIDIA_VISIBLE_DEVICES=all".into(),
+    ];
+    opts.extend(w.fake_proc_flags());
+    let out = dockerd.run(&opts, IMAGE, &["sh", "-c", PROBE]);
+    let context = format!(
+        "packaged binaries\nnvc log:\n{}\ndockerd log:\n{}",
+        w.nvc_log(),
+        dockerd.log_tail(20)
+    );
+    assert_gpus(&out, &w.gpus(), &context);
+    let cgroup = dockerd.cgroup_parent.clone();
+    drop(dockerd);
+    w.assert_clean(&[cgroup]);
+}
