@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use log::{debug, warn};
 
-use super::rootfs::resolve_in_root;
+use super::driver_root::resolve_in_root;
 use super::{tables, DiscoverError, HostFile, LibClass, Library};
 use crate::caps::Capability;
 use crate::elf::{self, ElfClass};

@@ -7,11 +7,11 @@
 //! here; [`Driver::gpu_details`] asks it, through the probe, for what only NVML knows,
 //! on demand.
 
+pub mod driver_root;
 mod files;
 mod gpu_details;
 mod nodes;
 pub mod proc;
-pub mod rootfs;
 pub mod tables;
 
 use std::path::{Path, PathBuf};

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use nvc_config::Config;
 use serde_json::Value;
 
-use crate::discover::rootfs::resolve_in_root;
+use crate::discover::driver_root::resolve_in_root;
 use crate::discover::{self, DiscoverError, Driver, DriverRoots, Scope};
 use crate::edits::{self, ContainerEdits, ContainerLayout, EditsError};
 use crate::oci::rootfs::{self, RootfsError};

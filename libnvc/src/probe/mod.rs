@@ -4,7 +4,7 @@
 //! real host is nvc-host's probe (`nvc_host::probe::RealHost`).
 //!
 //! The paths are host paths under the configured roots; resolving inside a root is
-//! [`crate::discover::rootfs`]'s job, on top of [`HostProbe::lstat`] and
+//! [`crate::discover::driver_root`]'s job, on top of [`HostProbe::lstat`] and
 //! [`HostProbe::read_link`].
 
 use std::ffi::OsString;

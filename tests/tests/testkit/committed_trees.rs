@@ -12,8 +12,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use libnvc::discover::driver_root::resolve_in_root;
 use libnvc::discover::proc::parse_fields;
-use libnvc::discover::rootfs::resolve_in_root;
 use libnvc::elf::{self, ElfClass};
 use libnvc::ldcache::{self, CacheArch};
 use libnvc::probe::{FileKind, HostProbe, TreeProbe};

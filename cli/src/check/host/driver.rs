@@ -5,7 +5,7 @@ use std::io::ErrorKind;
 use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 
-use libnvc::discover::{proc, rootfs, Driver};
+use libnvc::discover::{driver_root, proc, Driver};
 use libnvc::ldcache::{self, CacheArch};
 use libnvc::report::error_chain;
 
@@ -21,13 +21,14 @@ fn library_version(
     let entry = cache
         .lookup(soname, CacheArch::X86_64)
         .ok_or_else(|| format!("{soname} is not in {}", show(&root.join("etc/ld.so.cache"))))?;
-    let real = rootfs::resolve_in_root(&nvc_host::probe::RealHost, root, Path::new(&entry.path))
-        .map_err(|e| {
-            format!(
-                "{soname} leads to {}, which cannot be opened ({e})",
-                entry.path
-            )
-        })?;
+    let real =
+        driver_root::resolve_in_root(&nvc_host::probe::RealHost, root, Path::new(&entry.path))
+            .map_err(|e| {
+                format!(
+                    "{soname} leads to {}, which cannot be opened ({e})",
+                    entry.path
+                )
+            })?;
     let file = real
         .file_name()
         .and_then(|f| f.to_str())
@@ -76,7 +77,7 @@ pub fn versions(driver: &Driver) -> Row {
         }
     };
     let host = nvc_host::probe::RealHost;
-    let cache = rootfs::resolve_in_root(&host, &roots.root, Path::new("/etc/ld.so.cache"))
+    let cache = driver_root::resolve_in_root(&host, &roots.root, Path::new("/etc/ld.so.cache"))
         .map_err(|e| e.to_string())
         .and_then(|p| ldcache::read_from(&host, &p).map_err(|e| error_chain(&e)));
     let cache = match cache {
@@ -198,7 +199,7 @@ pub fn persistence(driver: &Driver) -> Row {
         Err(why) => why,
     };
     let socket = PERSISTENCED_SOCKETS.iter().find_map(|inner| {
-        let host = rootfs::resolve_in_root(
+        let host = driver_root::resolve_in_root(
             &nvc_host::probe::RealHost,
             &driver.roots.root,
             Path::new(inner),

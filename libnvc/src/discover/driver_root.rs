@@ -1,4 +1,4 @@
-//! Path resolution inside a host root (the driver root, the dev root): symbolic links
+//! Path resolution inside the driver root (or the dev root): symbolic links
 //! are followed as if the root were `/`, so an absolute link target or a `..` never
 //! leads out of it. The driver root belongs to the host and is trusted; this keeps a
 //! driver root that is not `/` from silently picking up files of the real host.
