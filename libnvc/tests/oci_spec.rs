@@ -3,7 +3,7 @@
 //! expected file under `tests/data/`. Run with `NVC_BLESS=1` to rewrite the expected
 //! files after an intended change, then review the diff.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 

@@ -2,7 +2,7 @@
 //! its working directory and argv. Each test has its own temp dir and config
 //! (`NVC_CONFIG`), so tests run in parallel.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::ffi::OsString;
 use std::fs;
