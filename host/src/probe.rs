@@ -4,11 +4,10 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::GpuDetails;
-use libnvc::probe::{FileKind, HostProbe, ProbeError, Stat};
+use libnvc::probe::{HostProbe, ProbeError, Stat};
 use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::Nvml;
 
@@ -33,11 +32,11 @@ impl HostProbe for RealHost {
     }
 
     fn stat(&self, path: &Path) -> io::Result<Stat> {
-        std::fs::metadata(path).map(|m| stat_of(&m))
+        std::fs::metadata(path).map(|m| Stat::of(&m))
     }
 
     fn lstat(&self, path: &Path) -> io::Result<Stat> {
-        std::fs::symlink_metadata(path).map(|m| stat_of(&m))
+        std::fs::symlink_metadata(path).map(|m| Stat::of(&m))
     }
 
     fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
@@ -91,43 +90,6 @@ impl HostProbe for RealHost {
     }
 }
 
-fn stat_of(m: &std::fs::Metadata) -> Stat {
-    let t = m.file_type();
-    let kind = if t.is_symlink() {
-        FileKind::Symlink
-    } else if t.is_dir() {
-        FileKind::Dir
-    } else if t.is_char_device() {
-        FileKind::CharDevice
-    } else if t.is_block_device() {
-        FileKind::BlockDevice
-    } else if t.is_socket() {
-        FileKind::Socket
-    } else if t.is_fifo() {
-        FileKind::Fifo
-    } else {
-        FileKind::File
-    };
-    Stat {
-        kind,
-        mode: m.mode() & 0o7777,
-        uid: m.uid(),
-        gid: m.gid(),
-        major: major(m.rdev()),
-        minor: minor(m.rdev()),
-    }
-}
-
-/// The major part of a `dev_t`, as glibc's `gnu_dev_major` computes it.
-fn major(rdev: u64) -> u32 {
-    (((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0x0000_0fff)) as u32
-}
-
-/// The minor part of a `dev_t`, as glibc's `gnu_dev_minor` computes it.
-fn minor(rdev: u64) -> u32 {
-    (((rdev >> 12) & 0xffff_ff00) | (rdev & 0x0000_00ff)) as u32
-}
-
 /// The brand's name as the requirement language spells it.
 fn brand_name(b: Brand) -> String {
     match b {
@@ -142,15 +104,7 @@ fn brand_name(b: Brand) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dev_t_split() {
-        // makedev(195, 255) and makedev(241, 1) and a large minor
-        assert_eq!((major(0xc3ff), minor(0xc3ff)), (195, 255));
-        assert_eq!((major(0xf101), minor(0xf101)), (241, 1));
-        let big = (0x123u64 << 8) | 0x45u64 | (0x6700u64 << 12);
-        assert_eq!((major(big), minor(big)), (0x123, 0x6745));
-    }
+    use libnvc::probe::FileKind;
 
     #[test]
     fn reads_are_cut_at_the_limit() {

@@ -50,6 +50,47 @@ pub struct Stat {
     pub minor: u32,
 }
 
+impl Stat {
+    /// What `meta` (from `stat` or `lstat`) says: a pure reading of the value, for the
+    /// probes that get it from the file system.
+    pub fn of(meta: &std::fs::Metadata) -> Stat {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let t = meta.file_type();
+        let kind = if t.is_symlink() {
+            FileKind::Symlink
+        } else if t.is_dir() {
+            FileKind::Dir
+        } else if t.is_char_device() {
+            FileKind::CharDevice
+        } else if t.is_block_device() {
+            FileKind::BlockDevice
+        } else if t.is_socket() {
+            FileKind::Socket
+        } else if t.is_fifo() {
+            FileKind::Fifo
+        } else {
+            FileKind::File
+        };
+        let (major, minor) = split_dev(meta.rdev());
+        Stat {
+            kind,
+            mode: meta.mode() & 0o7777,
+            uid: meta.uid(),
+            gid: meta.gid(),
+            major,
+            minor,
+        }
+    }
+}
+
+/// The major and minor parts of a `dev_t`, as glibc's `gnu_dev_major` and
+/// `gnu_dev_minor` compute them.
+pub fn split_dev(rdev: u64) -> (u32, u32) {
+    let major = ((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0x0000_0fff);
+    let minor = ((rdev >> 12) & 0xffff_ff00) | (rdev & 0x0000_00ff);
+    (major as u32, minor as u32)
+}
+
 /// Why a driver library could not be asked.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot ask {library}")]
@@ -92,6 +133,20 @@ pub const MAX_TEXT: usize = 1 << 20;
 pub fn read_text(probe: &dyn HostProbe, path: &Path) -> io::Result<String> {
     let (bytes, _) = probe.read(path, MAX_TEXT)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_dev;
+
+    #[test]
+    fn dev_t_split() {
+        // makedev(195, 255) and makedev(241, 1) and a large minor
+        assert_eq!(split_dev(0xc3ff), (195, 255));
+        assert_eq!(split_dev(0xf101), (241, 1));
+        let big = (0x123u64 << 8) | 0x45u64 | (0x6700u64 << 12);
+        assert_eq!(split_dev(big), (0x123, 0x6745));
+    }
 }
 
 #[cfg(any(test, feature = "testkit"))]

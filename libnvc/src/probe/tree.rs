@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use super::{FileKind, HostProbe, ProbeError, Stat};
@@ -156,33 +155,6 @@ fn parse_declaration(line: &str) -> Option<(&str, Stat)> {
     }
 }
 
-fn stat_of(m: &std::fs::Metadata) -> Stat {
-    let t = m.file_type();
-    let kind = if t.is_symlink() {
-        FileKind::Symlink
-    } else if t.is_dir() {
-        FileKind::Dir
-    } else if t.is_char_device() {
-        FileKind::CharDevice
-    } else if t.is_block_device() {
-        FileKind::BlockDevice
-    } else if t.is_socket() {
-        FileKind::Socket
-    } else if t.is_fifo() {
-        FileKind::Fifo
-    } else {
-        FileKind::File
-    };
-    Stat {
-        kind,
-        mode: m.mode() & 0o7777,
-        uid: m.uid(),
-        gid: m.gid(),
-        major: 0,
-        minor: 0,
-    }
-}
-
 fn no(library: &Path, what: &str) -> ProbeError {
     ProbeError {
         library: library.to_path_buf(),
@@ -209,14 +181,14 @@ impl HostProbe for TreeProbe {
     fn stat(&self, path: &Path) -> io::Result<Stat> {
         match self.declared(path) {
             Some(s) => Ok(s),
-            None => std::fs::metadata(path).map(|m| stat_of(&m)),
+            None => std::fs::metadata(path).map(|m| Stat::of(&m)),
         }
     }
 
     fn lstat(&self, path: &Path) -> io::Result<Stat> {
         match self.declared(path) {
             Some(s) => Ok(s),
-            None => std::fs::symlink_metadata(path).map(|m| stat_of(&m)),
+            None => std::fs::symlink_metadata(path).map(|m| Stat::of(&m)),
         }
     }
 
