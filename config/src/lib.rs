@@ -172,6 +172,10 @@ pub struct RequestsConfig {
     /// Honour `NVIDIA_VISIBLE_DEVICES` (and the `cdi.k8s.io/` annotations) in
     /// unprivileged containers.
     pub accept_envvar_when_unprivileged: bool,
+    /// Read the GPUs from bind mounts at `/var/run/nvidia-container-devices/<id>` (the
+    /// Kubernetes device plugin's `volume-mounts` strategy), privileged or not; they win
+    /// over `NVIDIA_VISIBLE_DEVICES`.
+    pub accept_devices_as_volume_mounts: bool,
     /// Skip every `NVIDIA_REQUIRE_*` check.
     pub disable_require: bool,
 }
@@ -186,6 +190,7 @@ impl Default for RequestsConfig {
             .map(String::from)
             .to_vec(),
             accept_envvar_when_unprivileged: true,
+            accept_devices_as_volume_mounts: false,
             disable_require: false,
         }
     }

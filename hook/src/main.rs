@@ -13,7 +13,10 @@ fn main() -> ExitCode {
         return status;
     }
     let result = match mode.as_str() {
-        "prestart" | "createRuntime" => run::run(),
+        "prestart" | "createRuntime" => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            run::run(&args)
+        }
         other => Err(run::HookError::Usage(other.to_string())),
     };
     match result {

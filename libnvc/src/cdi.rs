@@ -361,6 +361,7 @@ fn driver_request() -> Request {
         mig_monitor: DeviceSelection::NotRequested,
         imex_channels: ChannelSelection::None,
         legacy_image: false,
+        from_device_mounts: false,
     }
 }
 

@@ -179,7 +179,7 @@ fn single_value(value: &str) {
     let key = format!("{CDI_ANNOTATION_PREFIX}fuzz");
     let annotations = BTreeMap::from([(key.clone(), value.to_string())]);
     let default = RequestPolicy::default();
-    if let Ok(request) = Request::from_container(std::iter::empty(), &annotations, &default) {
+    if let Ok(request) = Request::from_container(std::iter::empty(), &annotations, &[], &default) {
         let selection = &request.devices;
         assert_list_well_formed("annotation", selection);
         let shown = match selection {
@@ -193,7 +193,7 @@ fn single_value(value: &str) {
             DeviceSelection::None => panic!("annotation {value:?} gave `none`"),
         };
         let annotations = BTreeMap::from([(key, shown.clone())]);
-        let again = Request::from_container(std::iter::empty(), &annotations, &default)
+        let again = Request::from_container(std::iter::empty(), &annotations, &[], &default)
             .unwrap_or_else(|e| panic!("annotation normalised {shown:?} of {value:?} fails: {e}"));
         assert_eq!(
             &again.devices, selection,
@@ -237,7 +237,8 @@ fn environment(text: &str) {
             got,
             "the request depends on the order of the environment"
         );
-        let with_annotations = Request::from_container(env.iter().copied(), &annotations, &policy);
+        let with_annotations =
+            Request::from_container(env.iter().copied(), &annotations, &[], &policy);
         if let Ok(request) = &with_annotations {
             assert_request(request, &policy, &last);
             if !policy.privileged && !policy.accept_envvar_unprivileged {

@@ -24,7 +24,7 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
     {
         log::warn!("{}", libnvc::report::error_chain(&e));
     }
-    let plan = Plan::for_bundle(bundle, config, source, &RealHost, Stage::Runtime)
+    let plan = Plan::for_bundle(bundle, config, source, &RealHost, Stage::Runtime, &[])
         .map_err(PlanError::from)?;
     let (Some(gpu), mut spec) = (plan.gpu, plan.spec) else {
         log::debug!("{}: no GPU asked for; left alone", spec_path.display());
@@ -35,16 +35,17 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
     };
     // Only the device nodes go into the spec; the hook mounts the files itself, where it
     // sees the image's real library folders.
-    let changed =
-        spec::apply(&mut spec, &gpu.edits, &hook.entry).map_err(|source| ShimError::Edit {
-            path: spec_path.clone(),
-            source,
-        })?;
+    let edit_error = |source| ShimError::Edit {
+        path: spec_path.clone(),
+        source,
+    };
+    let mut changed = spec::apply(&mut spec, &gpu.edits, &hook.entry).map_err(edit_error)?;
+    // The device plugin's mounts, read: the hook gets them in its arguments.
+    if gpu.drop_device_mounts {
+        changed |= spec::drop_device_mounts(&mut spec).map_err(edit_error)?;
+    }
     if changed {
-        let bytes = spec::to_bytes(&spec).map_err(|source| ShimError::Edit {
-            path: spec_path.clone(),
-            source,
-        })?;
+        let bytes = spec::to_bytes(&spec).map_err(edit_error)?;
         let options = nvc_host::files::WriteOptions::new(0o644);
         nvc_host::files::write_atomic(&spec_path, &bytes, &options).map_err(|source| {
             ShimError::SaveSpec {

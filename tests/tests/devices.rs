@@ -15,7 +15,7 @@
 
 use libnvc::edits::{self, ContainerLayout, EditsError};
 use libnvc::request::{Request, RequestPolicy};
-use nvc_tests::{tree_digest, Runtime};
+use nvc_tests::{tree_digest, Bundle, Runtime};
 use serde_json::json;
 
 mod common;
@@ -383,4 +383,85 @@ fn hook_only_mode_binds_the_device_nodes_itself() {
         out.stdout
     );
     assert!(out.stdout.contains("libcuda=ok"), "{}", out.stdout);
+}
+
+/// NVIDIA's device plugin with `DEVICE_LIST_STRATEGY=volume-mounts`, under the cluster
+/// setting that does not trust pods' environment: the GPU named by a `/dev/null` mount at
+/// `/var/run/nvidia-container-devices/<uuid>` is the one the container gets, whatever its
+/// `NVIDIA_VISIBLE_DEVICES` says, and nvc-runtime takes the mount out of the container.
+/// With the setting off, the mount is no request and is left where it is.
+#[test]
+fn device_plugin_volume_mounts_give_their_gpus_and_are_taken_out() {
+    let w = World::new();
+    let config = w.dir.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let secure = w.dir.path().join("secure.toml");
+    std::fs::write(
+        &secure,
+        format!(
+            "{text}\n[requests]\naccept-envvar-when-unprivileged = false\n\
+             accept-devices-as-volume-mounts = true\n"
+        ),
+    )
+    .unwrap();
+    let secure_rt = Runtime::nvc(&w.dir.path().join("state-secure"), &secure);
+    let gpus = w.gpus_in_bus_order();
+    let wanted = &gpus[1];
+    let script = format!(
+        "{LIST_NODES}; if [ -e /var/run/nvidia-container-devices ]; then echo mounts-seen; \
+         else echo no-mounts; fi"
+    );
+    let run = |rt: &Runtime, env: &[&str], mount: Option<&str>| {
+        w.n.set(w.n.get() + 1);
+        let dir = w.dir.path().join(format!("bundle-vm{}", w.n.get()));
+        let mut bundle = Bundle::new(&dir, &w.rootfs.path)
+            .unwrap()
+            .args(&["sh", "-c", &script])
+            .env(env)
+            .with_fake_proc(&w.fake);
+        if let Some(id) = mount {
+            bundle = bundle.set(
+                "/mounts/-",
+                json!({"destination": format!("/var/run/nvidia-container-devices/{id}"),
+                       "type": "bind", "source": "/dev/null", "options": ["bind", "ro"]}),
+            );
+        }
+        let bundle = bundle.write().unwrap();
+        let out = rt.run(
+            &bundle,
+            &format!("nvc-vm-{}-{}", std::process::id(), w.n.get()),
+        );
+        assert!(out.success(), "{out:?}\nnvc log:\n{}", w.nvc_log());
+        let gpu_nodes: Vec<String> = nodes_inside(&out.stdout)
+            .into_iter()
+            .filter(|n| n.contains(" 195:") && !n.contains("195:255"))
+            .collect();
+        (gpu_nodes, out.stdout, bundle)
+    };
+    let only_wanted = [format!("/dev/nvidia{} 195:{}", wanted.minor, wanted.minor)];
+
+    let (nodes, out, bundle) = run(
+        &secure_rt,
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+        Some(&wanted.uuid),
+    );
+    assert_eq!(nodes, only_wanted, "{out}");
+    assert!(
+        out.contains("no-mounts"),
+        "the mount reached the container: {out}"
+    );
+    let spec = bundle.read_config().unwrap();
+    let args = spec["hooks"]["prestart"][0]["args"].clone();
+    assert_eq!(
+        args,
+        json!(["nvc-hook", "prestart", "--device-mount", wanted.uuid]),
+        "{spec:#}"
+    );
+    // The environment alone gets nothing under this setting...
+    let (nodes, out, _) = run(&secure_rt, &["NVIDIA_VISIBLE_DEVICES=all"], None);
+    assert!(nodes.is_empty(), "{out}");
+    // ...and the mounts alone get nothing where the setting is off: the mount stays.
+    let (nodes, out, _) = run(&w.rt, &[], Some(&wanted.uuid));
+    assert!(nodes.is_empty(), "{out}");
+    assert!(out.contains("mounts-seen"), "{out}");
 }

@@ -39,8 +39,8 @@ fn requests_from_the_container_take_cdi_annotations() {
         )])
     };
     let edits_of = |env: &[&str], value: &str| {
-        let req =
-            Request::from_container(env.iter().copied(), &annotations(value), &policy).unwrap();
+        let req = Request::from_container(env.iter().copied(), &annotations(value), &[], &policy)
+            .unwrap();
         edits::compute(&d, &req, &ContainerLayout::debian()).unwrap()
     };
     let e = edits_of(&[], "nvidia.com/gpu=1");
@@ -55,7 +55,7 @@ fn requests_from_the_container_take_cdi_annotations() {
     assert_eq!(e.visible_gpus, ["0000:06:00.0"]);
     assert!(edits_of(&["NVIDIA_VISIBLE_DEVICES=void"], "nvidia.com/gpu=1").is_empty());
     // Without the annotation, nothing is asked.
-    let req = Request::from_container(std::iter::empty(), &BTreeMap::new(), &policy).unwrap();
+    let req = Request::from_container(std::iter::empty(), &BTreeMap::new(), &[], &policy).unwrap();
     assert!(!req.wants_gpu_support());
 }
 

@@ -165,7 +165,7 @@ fn the_runtime_plan_of_a_bundle_gives_the_same_nodes() {
         path: Path::new("/etc/nvc/config.toml"),
         from_env: false,
     };
-    let plan = Plan::for_bundle(bundle.path(), &config, &source, &probe, Stage::Runtime)
+    let plan = Plan::for_bundle(bundle.path(), &config, &source, &probe, Stage::Runtime, &[])
         .unwrap_or_else(|s| panic!("{}", libnvc::report::error_chain(&s.error)));
     let gpu = plan.gpu.unwrap();
     // The runtime reads the devices only: no file, the nodes of GPU 1.
@@ -186,7 +186,7 @@ fn the_runtime_plan_of_a_bundle_gives_the_same_nodes() {
         ],
     );
     let stopped =
-        Plan::for_bundle(bundle.path(), &config, &source, &probe, Stage::Check).unwrap_err();
+        Plan::for_bundle(bundle.path(), &config, &source, &probe, Stage::Check, &[]).unwrap_err();
     assert_eq!(stopped.error.step(), Step::Requirements);
     assert!(
         stopped.error.to_string().contains("99.1"),

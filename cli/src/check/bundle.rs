@@ -248,7 +248,7 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
         path: &probe.config_path,
         from_env: false,
     };
-    let outcome = Plan::for_bundle(dir, &config, &source, &RealHost, Stage::Check);
+    let outcome = Plan::for_bundle(dir, &config, &source, &RealHost, Stage::Check, &[]);
     let seen = Seen::of(&outcome);
     let stopped = outcome.as_ref().err();
     let fail = |report: BundleReport, stopped: &Stopped, row: Option<Row>| {
@@ -417,6 +417,11 @@ fn request_row(view: &SpecView, request: &Request) -> (Row, RequestSummary) {
                 .iter()
                 .filter(|(k, _)| k.starts_with(CDI_ANNOTATION_PREFIX))
                 .map(|(k, v)| format!("annotation {k}={v}")),
+        )
+        .chain(
+            view.device_mounts
+                .iter()
+                .map(|n| format!("mount {}/{n}", libnvc::request::DEVICE_MOUNTS_ROOT)),
         )
         .collect();
     let caps_note = if env_value(&view.env, DRIVER_CAPABILITIES).is_some_and(|v| !v.is_empty()) {

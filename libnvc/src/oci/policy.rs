@@ -37,6 +37,7 @@ pub fn request_policy(config: &Config, privileged: bool) -> Result<RequestPolicy
             "supported-capabilities",
             &requests.supported_capabilities,
         )?,
+        accept_device_mounts: requests.accept_devices_as_volume_mounts,
         disable_require: requests.disable_require,
     })
 }

@@ -15,6 +15,7 @@ use serde_json::{json, Map, Value};
 
 use crate::edits::ContainerEdits;
 use crate::probe::HostProbe;
+use crate::request::device_mount_name;
 
 /// The largest spec [`read_spec`] accepts: real ones are a few KiB.
 pub const MAX_SPEC_SIZE: u64 = 16 << 20;
@@ -105,6 +106,9 @@ pub struct SpecView {
     /// The destinations of the spec's fresh `tmpfs` mounts (not binds): file systems the
     /// runtime makes empty for this container alone, where nvc may make mount points.
     pub tmpfs_mounts: Vec<PathBuf>,
+    /// The names under `/var/run/nvidia-container-devices` of the spec's mounts there
+    /// (the device plugin's `volume-mounts` strategy; see `crate::request`), in order.
+    pub device_mounts: Vec<String>,
 }
 
 /// A hook as the OCI spec writes it.
@@ -333,6 +337,15 @@ pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
         .filter(|d| d.is_absolute() && d != Path::new("/"))
         .collect();
 
+    let device_mounts = top
+        .get("mounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("destination").and_then(Value::as_str))
+        .filter_map(device_mount_name)
+        .collect();
+
     Ok(SpecView {
         env,
         privileged,
@@ -341,7 +354,32 @@ pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
         devices,
         annotations,
         tmpfs_mounts,
+        device_mounts,
     })
+}
+
+/// Removes the spec's mounts under `/var/run/nvidia-container-devices` (the container
+/// has no use for them once nvc has read them); returns whether any was there.
+pub fn drop_device_mounts(spec: &mut Value) -> Result<bool, SpecError> {
+    let found = type_name(spec);
+    let Value::Object(top) = spec else {
+        return Err(SpecError::WrongType {
+            field: "top level".into(),
+            expected: "an object",
+            found,
+        });
+    };
+    let Some(mounts) = top.get_mut("mounts").and_then(Value::as_array_mut) else {
+        return Ok(false);
+    };
+    let before = mounts.len();
+    mounts.retain(|m| {
+        m.get("destination")
+            .and_then(Value::as_str)
+            .and_then(device_mount_name)
+            .is_none()
+    });
+    Ok(mounts.len() != before)
 }
 
 fn utf8(path: &Path) -> Result<&str, SpecError> {

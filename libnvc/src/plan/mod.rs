@@ -170,6 +170,10 @@ pub struct ConfigSource<'a> {
     pub from_env: bool,
 }
 
+/// The hook's argument that hands it a device mount the runtime shim removed from the
+/// spec (`--device-mount <name>`, once per mount).
+pub const DEVICE_MOUNT_ARG: &str = "--device-mount";
+
 /// The prestart hook entry for `config`.
 pub fn hook_entry(config: &Config, source: &ConfigSource) -> HookEntry {
     let mut env = vec![HOOK_PATH_ENV.to_string()];
@@ -217,6 +221,9 @@ pub struct GpuPlan {
     pub edits: ContainerEdits,
     /// The prestart hook entry ([`Stage::Runtime`] and [`Stage::Check`]).
     pub hook: Option<HookPlan>,
+    /// The spec's device mounts are to be removed ([`Stage::Runtime`]): the request came
+    /// from them and the hook entry hands them on in its arguments.
+    pub drop_device_mounts: bool,
     /// Whether the requirements were checked (false: none, disabled, or not this stage).
     pub requirements_checked: bool,
 }
@@ -266,15 +273,19 @@ impl From<Stopped> for PlanError {
 impl Plan {
     /// Runs the pipeline for the bundle at `bundle` under `config` (read from
     /// `source`), reading the host and the bundle through `probe`.
+    ///
+    /// `handed`: the device mounts the runtime shim removed from the spec and handed to
+    /// the hook in its arguments ([`DEVICE_MOUNT_ARG`]); read as if the spec had them.
     pub fn for_bundle(
         bundle: &Path,
         config: &Config,
         source: &ConfigSource,
         probe: &dyn HostProbe,
         stage: Stage,
+        handed: &[String],
     ) -> Result<Plan, Stopped> {
         let mut progress = Progress::default();
-        match plan(bundle, config, source, probe, stage, &mut progress) {
+        match plan(bundle, config, source, probe, stage, handed, &mut progress) {
             Ok(plan) => Ok(plan),
             Err(error) => Err(Stopped {
                 error,
@@ -290,6 +301,7 @@ fn plan(
     source: &ConfigSource,
     probe: &dyn HostProbe,
     stage: Stage,
+    handed: &[String],
     progress: &mut Progress,
 ) -> Result<Plan, PlanError> {
     let spec_path = bundle.join("config.json");
@@ -306,10 +318,18 @@ fn plan(
         path: source.path.to_path_buf(),
         source: e,
     })?;
-    // The environment, or the `cdi.k8s.io/` annotations naming `nvidia.com/gpu` devices.
+    // The device mounts, the environment, or the `cdi.k8s.io/` annotations naming
+    // `nvidia.com/gpu` devices.
+    let mut device_mounts = view.device_mounts.clone();
+    for name in handed {
+        if !device_mounts.contains(name) {
+            device_mounts.push(name.clone());
+        }
+    }
     let request = Request::from_container(
         view.env.iter().map(String::as_str),
         &view.annotations,
+        &device_mounts,
         &policy,
     )
     .map_err(PlanError::Request)?;
@@ -345,10 +365,13 @@ fn plan(
     let edits = edits::build(&driver, &request, &selected, &layout)?;
     progress.edits = Some(edits.clone());
     progress.layout = Some(layout.clone());
+    // The runtime takes the mounts out of the container and hands them to the hook it
+    // adds; a hook already in the spec (Docker's `--gpus`) reads them where they are.
+    let mut drop_device_mounts = false;
     let hook = match stage {
         Stage::Hook => None,
         Stage::Runtime | Stage::Check => {
-            let entry = hook_entry(config, source);
+            let mut entry = hook_entry(config, source);
             let in_spec =
                 spec::has_driver_hook(&spec, &entry).map_err(|source| PlanError::BadSpec {
                     path: spec_path.clone(),
@@ -360,6 +383,17 @@ fn plan(
                     path: entry.path,
                     config: source.path.to_path_buf(),
                 });
+            }
+            if stage == Stage::Runtime
+                && !in_spec
+                && request.from_device_mounts
+                && !view.device_mounts.is_empty()
+            {
+                drop_device_mounts = true;
+                for name in &view.device_mounts {
+                    entry.args.push(DEVICE_MOUNT_ARG.to_string());
+                    entry.args.push(name.clone());
+                }
             }
             let hook = HookPlan { entry, in_spec };
             progress.hook = Some(hook.clone());
@@ -381,6 +415,7 @@ fn plan(
             layout,
             edits,
             hook,
+            drop_device_mounts,
             requirements_checked,
         }),
     })

@@ -82,7 +82,7 @@ impl Host {
             path: Path::new("/etc/nvc/config.toml"),
             from_env: false,
         };
-        Plan::for_bundle(&self.bundle(), &self.config, &source, probe, stage)
+        Plan::for_bundle(&self.bundle(), &self.config, &source, probe, stage, &[])
     }
 }
 
@@ -255,4 +255,82 @@ fn the_check_uses_the_image_s_library_folders() {
     // The runtime and the hook plan for the default folders.
     let plan = host.plan(&host.probe(), Stage::Hook).unwrap();
     assert_eq!(plan.gpu.unwrap().layout, ContainerLayout::debian());
+}
+
+#[test]
+fn device_mounts_are_handed_from_the_runtime_to_the_hook() {
+    let mut host = Host::new();
+    host.config.requests.accept_envvar_when_unprivileged = false;
+    host.config.requests.accept_devices_as_volume_mounts = true;
+    let uuid = "GPU-10000000-0000-0000-0000-000000000000";
+    let mount = |d: &str| json!({"destination": d, "source": "/dev/null", "type": "bind", "options": ["bind", "ro"]});
+    host.spec_value(json!({
+        "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]},
+        "root": {"path": "rootfs"},
+        "mounts": [
+            mount("/proc"),
+            mount(&format!("/var/run/nvidia-container-devices/{uuid}")),
+        ]
+    }));
+    // The runtime reads the mount, and hands it to the hook it adds.
+    let plan = host.plan(&host.probe(), Stage::Runtime).unwrap();
+    let gpu = plan.gpu.unwrap();
+    assert!(gpu.drop_device_mounts);
+    let nodes: Vec<_> = gpu
+        .edits
+        .device_nodes
+        .iter()
+        .map(|n| n.path.clone())
+        .collect();
+    assert!(nodes.contains(&PathBuf::from("/dev/nvidia1")), "{nodes:?}");
+    assert!(!nodes.contains(&PathBuf::from("/dev/nvidia0")), "{nodes:?}");
+    let args = gpu.hook.unwrap().entry.args;
+    assert_eq!(args, ["nvc-hook", "prestart", DEVICE_MOUNT_ARG, uuid]);
+    // A hook run without nvc-runtime (hooks.d, Docker's --gpus) reads the mount in the spec.
+    assert!(host.plan(&host.probe(), Stage::Hook).unwrap().gpu.is_some());
+
+    // With the mount gone from the spec, the hook plans from what it was handed; without
+    // it, the container asks for nothing (the environment is not accepted).
+    let mut spec = plan.spec.clone();
+    assert!(spec::drop_device_mounts(&mut spec).unwrap());
+    assert!(!spec::drop_device_mounts(&mut spec).unwrap());
+    assert_eq!(spec["mounts"].as_array().unwrap().len(), 1);
+    host.spec_value(spec);
+    let source = ConfigSource {
+        path: Path::new("/etc/nvc/config.toml"),
+        from_env: false,
+    };
+    let handed = vec![uuid.to_string()];
+    let plan = Plan::for_bundle(
+        &host.bundle(),
+        &host.config,
+        &source,
+        &host.probe(),
+        Stage::Hook,
+        &handed,
+    )
+    .unwrap();
+    assert_eq!(plan.gpu.unwrap().driver.gpus.len(), 2);
+    assert!(host.plan(&host.probe(), Stage::Hook).unwrap().gpu.is_none());
+
+    // A hook already in the spec reads the mounts where they are: they stay.
+    host.spec_value(json!({
+        "process": {"env": []},
+        "root": {"path": "rootfs"},
+        "mounts": [mount(&format!("/var/run/nvidia-container-devices/{uuid}"))],
+        "hooks": {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook"}]}
+    }));
+    let gpu = host
+        .plan(&host.probe(), Stage::Runtime)
+        .unwrap()
+        .gpu
+        .unwrap();
+    assert!(!gpu.drop_device_mounts);
+    // Not accepted: the mount is no request.
+    host.config.requests.accept_devices_as_volume_mounts = false;
+    assert!(host
+        .plan(&host.probe(), Stage::Runtime)
+        .unwrap()
+        .gpu
+        .is_none());
 }

@@ -110,6 +110,24 @@ pub enum RequestError {
         /// The item as written.
         item: String,
     },
+    /// A mount under `/var/run/nvidia-container-devices` that names no device.
+    #[error(
+        "the device mount {name:?} under {root} names no device (expected <id>, \
+         cdi/nvidia.com/gpu=<name> or imex/<channel>, as NVIDIA_VISIBLE_DEVICES takes ids)",
+        root = super::mounts::DEVICE_MOUNTS_ROOT
+    )]
+    BadDeviceMount {
+        /// The name under the mount root.
+        name: String,
+    },
+    /// More device mounts than anything real makes.
+    #[error("{count} device mounts under /var/run/nvidia-container-devices (at most {max})")]
+    TooManyDeviceMounts {
+        /// How many.
+        count: usize,
+        /// The most read.
+        max: usize,
+    },
     /// An IMEX channel above [`MAX_IMEX_CHANNEL`].
     #[error("NVIDIA_IMEX_CHANNELS: channel {item:?} is too large (at most {MAX_IMEX_CHANNEL})")]
     ChannelTooLarge {

@@ -16,6 +16,7 @@ mod cdi;
 mod devices;
 mod driver;
 mod error;
+mod mounts;
 
 #[cfg(test)]
 mod tests;
@@ -28,6 +29,7 @@ use crate::require::Requirement;
 pub use cdi::CDI_ANNOTATION_PREFIX;
 pub use devices::{ChannelSelection, DeviceId, DeviceSelection};
 pub use error::RequestError;
+pub use mounts::{device_mount_name, DEVICE_MOUNTS_ROOT};
 
 use cdi::{annotation_devices, cdi_annotation_keys};
 use devices::{mig_devices, parse_channels, parse_devices};
@@ -72,6 +74,9 @@ pub struct RequestPolicy {
     pub default_capabilities: CapabilitySet,
     /// The capabilities a container may ask for; others are an error naming them.
     pub supported_capabilities: CapabilitySet,
+    /// Read the GPUs from the device mounts ([`mounts`]), privileged or not; they win
+    /// over the environment and the annotations.
+    pub accept_device_mounts: bool,
     /// Skip requirement checks for every container.
     pub disable_require: bool,
 }
@@ -87,6 +92,7 @@ impl Default for RequestPolicy {
                 .into_iter()
                 .collect(),
             supported_capabilities: CapabilitySet::all(),
+            accept_device_mounts: false,
             disable_require: false,
         }
     }
@@ -117,6 +123,9 @@ pub struct Request {
     /// Whether the image is a legacy CUDA image (`CUDA_VERSION` set, `NVIDIA_REQUIRE_CUDA`
     /// not): such images get every GPU and every capability unless they say otherwise.
     pub legacy_image: bool,
+    /// The GPUs (and channels) came from the device mounts
+    /// ([`RequestPolicy::accept_device_mounts`]), not the environment.
+    pub from_device_mounts: bool,
 }
 
 impl Request {
@@ -195,6 +204,7 @@ impl Request {
             mig_monitor,
             imex_channels,
             legacy_image,
+            from_device_mounts: false,
         })
     }
 
@@ -213,10 +223,25 @@ impl Request {
     pub fn from_container<'a, I: IntoIterator<Item = &'a str>>(
         env: I,
         annotations: &BTreeMap<String, String>,
+        device_mounts: &[String],
         policy: &RequestPolicy,
     ) -> Result<Request, RequestError> {
         let env: Vec<&str> = env.into_iter().collect();
         let mut request = Request::from_env(env.iter().copied(), policy)?;
+        if !device_mounts.is_empty() && !policy.accept_device_mounts {
+            log::debug!(
+                "ignoring {} device mounts: requests.accept-devices-as-volume-mounts is off",
+                device_mounts.len()
+            );
+        }
+        if policy.accept_device_mounts {
+            if let Some((devices, channels)) = mounts::mount_devices(device_mounts)? {
+                request.devices = devices;
+                request.imex_channels = channels;
+                request.from_device_mounts = true;
+                return Ok(request);
+            }
+        }
         let visible = env
             .iter()
             .filter_map(|e| e.split_once('='))

@@ -803,7 +803,7 @@ fn cdi_annotations_select_gpus() {
             .collect()
     };
     let from = |env: &[&str], a: &BTreeMap<String, String>, p: &RequestPolicy| {
-        Request::from_container(env.iter().copied(), a, p).map(|r| r.devices)
+        Request::from_container(env.iter().copied(), a, &[], p).map(|r| r.devices)
     };
     let default = RequestPolicy::default();
     let gpu0 = ann(&[("cdi.k8s.io/x", "nvidia.com/gpu=0")]);
@@ -898,4 +898,106 @@ fn default_policy() {
     assert_eq!(p.default_capabilities, caps("utility,compute"));
     assert_eq!(p.supported_capabilities, CapabilitySet::all());
     assert!(!p.disable_require);
+}
+
+#[test]
+fn device_mounts_are_read_only_when_accepted_and_then_win() {
+    let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let uuid = "GPU-9e4c2f7a-1b2c-3d4e-5f60-718293a4b5c6";
+    let uuid_id = DeviceId::GpuUuid(uuid.to_string());
+    let strict = RequestPolicy {
+        accept_envvar_unprivileged: false,
+        accept_device_mounts: true,
+        ..RequestPolicy::default()
+    };
+    let from = |env: &[&str], mounts: &[&str], policy: &RequestPolicy| {
+        Request::from_container(
+            env.iter().copied(),
+            &BTreeMap::new(),
+            &names(mounts),
+            policy,
+        )
+    };
+    // The secure setting: the environment is ignored, the mounts are honoured.
+    let r = from(&["NVIDIA_VISIBLE_DEVICES=all"], &[uuid, "1"], &strict).unwrap();
+    assert_eq!(r.devices, DeviceSelection::List(vec![uuid_id, Index(1)]));
+    assert!(r.from_device_mounts);
+    // They win over an accepted environment too (as NVIDIA's toolkit has it), and keep
+    // the capabilities the environment asks for.
+    let open = RequestPolicy {
+        accept_device_mounts: true,
+        ..RequestPolicy::default()
+    };
+    let r = from(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=0",
+            "NVIDIA_DRIVER_CAPABILITIES=video",
+        ],
+        &["all"],
+        &open,
+    )
+    .unwrap();
+    assert_eq!(r.devices, DeviceSelection::All);
+    assert_eq!(r.capabilities, caps("video"));
+    // CDI names and IMEX channels; another vendor's CDI device is not ours.
+    let r = from(
+        &[],
+        &[
+            "cdi/nvidia.com/gpu=0",
+            "cdi/example.com/fpga=3",
+            "imex/2",
+            "imex/0",
+        ],
+        &strict,
+    )
+    .unwrap();
+    assert_eq!(r.devices, DeviceSelection::List(vec![Index(0)]));
+    assert_eq!(r.imex_channels, ChannelSelection::List(vec![2, 0]));
+    let r = from(&[], &["imex/1"], &strict).unwrap();
+    assert_eq!(r.devices, DeviceSelection::None);
+    assert!(!from(&[], &["cdi/example.com/fpga=3"], &strict)
+        .unwrap()
+        .wants_gpu_support());
+    // Not accepted: the mounts are ignored and the environment decides.
+    let r = from(
+        &["NVIDIA_VISIBLE_DEVICES=0"],
+        &[uuid],
+        &RequestPolicy::default(),
+    )
+    .unwrap();
+    assert_eq!(r.devices, DeviceSelection::List(vec![Index(0)]));
+    assert!(!r.from_device_mounts);
+    // A mount that names nothing is an error that names it.
+    for bad in ["GPU-", "cdi/nvidia.com", "imex/x", "what"] {
+        let e = from(&[], &[bad], &strict).unwrap_err();
+        assert!(
+            matches!(e, RequestError::BadDeviceMount { .. }),
+            "{bad}: {e}"
+        );
+        assert!(e.to_string().contains(bad), "{e}");
+    }
+}
+
+#[test]
+fn device_mount_names_come_only_from_under_the_root() {
+    for (destination, want) in [
+        ("/var/run/nvidia-container-devices/0", Some("0")),
+        ("/var/run/nvidia-container-devices/GPU-1/", Some("GPU-1")),
+        (
+            "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu=all",
+            Some("cdi/nvidia.com/gpu=all"),
+        ),
+        ("/var/run/nvidia-container-devices", None),
+        ("/var/run/nvidia-container-devices/", None),
+        ("/var/run/nvidia-container-devicesX/0", None),
+        ("/var/run/nvidia-container-devices/../0", None),
+        ("/var/run/nvidia-container-devices/a//b", None),
+        ("/run/nvidia-container-devices/0", None),
+    ] {
+        assert_eq!(
+            device_mount_name(destination).as_deref(),
+            want,
+            "{destination}"
+        );
+    }
 }
