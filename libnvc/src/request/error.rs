@@ -13,7 +13,7 @@ use super::{MAX_DEVICE_INDEX, MAX_IMEX_CHANNEL};
 pub enum RequestError {
     /// A device list item that is no known form.
     #[error(
-        "{variable}: unknown device {item:?} (expected an index, GPU-<uuid>, MIG-<uuid>, \
+        "{variable}: unknown device {item:?} (expected an index, GPU-<uuid>, \
          a PCI bus id such as 0000:06:00.0, <gpu>:<mig>, all, none or void)"
     )]
     UnknownDevice {
