@@ -44,11 +44,12 @@ pub enum FormatArg {
 #[derive(Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum StrategyArg {
     /// By index: nvidia.com/gpu=0.
-    #[default]
     Index,
     /// By UUID: nvidia.com/gpu=GPU-….
     Uuid,
-    /// Both names for every GPU.
+    /// Both names for every GPU (Kubernetes' device plugin names GPUs by UUID, engines'
+    /// users by index).
+    #[default]
     Both,
 }
 

@@ -13,8 +13,10 @@
 //! container engine to run `nvc-hook` as `createContainer` hooks ([`hooks`]) with
 //! explicit arguments: everything they do is written in the spec.
 //!
-//! The spec is `cdiVersion` [`CDI_VERSION`] (0.5.0: device names may start with a digit
-//! and device nodes carry `hostPath`; Podman 4.3, Debian 12's, reads up to 0.5.0).
+//! The spec's `cdiVersion` is the lowest its content needs ([`Spec::minimum_version`]):
+//! 0.5.0 where a device name starts with a digit (`nvidia.com/gpu=0`) or a node carries
+//! `hostPath` (a dev root that is not `/`), else 0.3.0 (0.4.0 would be for typed mounts,
+//! which nvc does not write). Podman 4.3, Debian 12's, reads up to 0.5.0.
 //! Output is deterministic: the same host gives the same bytes.
 
 pub mod hooks;
@@ -30,7 +32,8 @@ use crate::discover::{self, Driver};
 use crate::edits::{self, ContainerLayout, EditsError};
 use crate::request::{ChannelSelection, DeviceSelection, Request};
 
-/// The CDI specification version written.
+/// The newest CDI specification version nvc writes; a spec gets the lowest version its
+/// content needs ([`Spec::minimum_version`]), so older engines read it too.
 pub const CDI_VERSION: &str = "0.5.0";
 /// The vendor part of the kind.
 pub const VENDOR: &str = "nvidia.com";
@@ -55,11 +58,14 @@ pub const VISIBLE_DEVICES_VOID: &str = "NVIDIA_VISIBLE_DEVICES=void";
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum NameStrategy {
     /// By index, as nvidia-smi numbers them: `nvidia.com/gpu=0`.
-    #[default]
     Index,
     /// By UUID: `nvidia.com/gpu=GPU-…`.
     Uuid,
-    /// Both: two devices per GPU with the same edits.
+    /// Both: two devices per GPU with the same edits. The default: NVIDIA's Kubernetes
+    /// device plugin names GPUs by UUID (its default `DEVICE_ID_STRATEGY`), so the engine
+    /// resolving its `cdi.k8s.io` annotations or CRI CDI devices looks them up by UUID,
+    /// while people ask for `nvidia.com/gpu=0`.
+    #[default]
     Both,
 }
 
@@ -278,6 +284,29 @@ pub struct CdiMount {
 }
 
 impl Spec {
+    /// The lowest CDI version whose schema holds this spec: 0.5.0 for a device name that
+    /// does not start with a letter or a node with `hostPath`, 0.4.0 for a mount with a
+    /// type (nvc writes none), else 0.3.0, the earliest engines read.
+    pub fn minimum_version(&self) -> &'static str {
+        let edits = self
+            .devices
+            .iter()
+            .map(|d| &d.container_edits)
+            .chain(std::iter::once(&self.container_edits));
+        let needs_050 = self
+            .devices
+            .iter()
+            .any(|d| !d.name.starts_with(|c: char| c.is_ascii_alphabetic()))
+            || edits
+                .flat_map(|e| &e.device_nodes)
+                .any(|n| n.host_path.is_some());
+        if needs_050 {
+            CDI_VERSION
+        } else {
+            "0.3.0"
+        }
+    }
+
     /// The fully qualified names of the devices, in the spec's order:
     /// `nvidia.com/gpu=0`, …, `nvidia.com/gpu=all`.
     pub fn qualified_names(&self) -> Vec<String> {
@@ -328,7 +357,13 @@ fn utf8(path: &Path) -> Result<String, CdiError> {
 fn device_node(node: &discover::DeviceNode) -> Result<CdiDeviceNode, CdiError> {
     Ok(CdiDeviceNode {
         path: utf8(&node.path)?,
-        host_path: Some(utf8(&node.host_path)?),
+        // Only where the node is elsewhere on the host (a dev root that is not `/`):
+        // `hostPath` needs CDI 0.5.0.
+        host_path: if node.host_path == node.path {
+            None
+        } else {
+            Some(utf8(&node.host_path)?)
+        },
         kind: Some("c".to_string()),
         major: Some(i64::from(node.major)),
         minor: Some(i64::from(node.minor)),
@@ -455,8 +490,8 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
         });
     }
 
-    Ok(Spec {
-        cdi_version: CDI_VERSION.to_string(),
+    let mut spec = Spec {
+        cdi_version: String::new(),
         kind: KIND.to_string(),
         devices,
         container_edits: CdiEdits {
@@ -465,7 +500,9 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
             hooks: spec_hooks,
             mounts,
         },
-    })
+    };
+    spec.cdi_version = spec.minimum_version().to_string();
+    Ok(spec)
 }
 
 /// Splits a fully qualified CDI device name `vendor.com/class=name` into its kind and
@@ -494,7 +531,7 @@ mod tests {
             "UUID".parse::<NameStrategy>().unwrap_err().to_string(),
             "unknown device name strategy \"UUID\" (expected index, uuid or both)"
         );
-        assert_eq!(NameStrategy::default(), NameStrategy::Index);
+        assert_eq!(NameStrategy::default(), NameStrategy::Both);
     }
 
     #[test]
@@ -595,6 +632,25 @@ mod tests {
     fn generate_names_devices_and_splits_edits() {
         let d = driver();
         let mut options = GenerateOptions::new("/usr/bin/nvc-hook");
+        // By default each GPU by index and by UUID, with the same edits.
+        let both = generate(&d, &options).unwrap();
+        let names: Vec<&str> = both.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "0",
+                "GPU-00000000-0000-0000-0000-000000000000",
+                "1",
+                "GPU-00000000-0000-0000-0000-000000000001",
+                "1:0",
+                "all"
+            ]
+        );
+        assert_eq!(
+            both.devices[0].container_edits,
+            both.devices[1].container_edits
+        );
+        options.strategy = NameStrategy::Index;
         let spec = generate(&d, &options).unwrap();
         let names: Vec<&str> = spec.devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["0", "1", "1:0", "all"]);
@@ -643,13 +699,69 @@ mod tests {
             ]
         );
         options.strategy = NameStrategy::Both;
-        assert_eq!(generate(&d, &options).unwrap().devices.len(), 6);
+        assert_eq!(generate(&d, &options).unwrap(), both);
 
         let err = generate(&d, &GenerateOptions::new("nvc-hook")).unwrap_err();
         assert_eq!(
             err.to_string(),
             "the hook path nvc-hook is not absolute (set hook.path in the nvc config to the absolute path of nvc-hook)"
         );
+    }
+
+    #[test]
+    fn the_spec_has_the_lowest_version_its_content_needs() {
+        let node = |path: &str, host: Option<&str>| CdiDeviceNode {
+            path: path.into(),
+            host_path: host.map(Into::into),
+            kind: Some("c".into()),
+            major: Some(195),
+            minor: Some(0),
+            file_mode: None,
+            uid: None,
+            gid: None,
+        };
+        let spec = |name: &str, host: Option<&str>| Spec {
+            cdi_version: String::new(),
+            kind: KIND.into(),
+            devices: vec![Device {
+                name: name.into(),
+                container_edits: CdiEdits {
+                    device_nodes: vec![node("/dev/nvidia0", host)],
+                    ..CdiEdits::default()
+                },
+            }],
+            container_edits: CdiEdits::default(),
+        };
+        assert_eq!(spec("GPU-1", None).minimum_version(), "0.3.0");
+        assert_eq!(spec("all", None).minimum_version(), "0.3.0");
+        // A name that starts with a digit, or a node elsewhere on the host: 0.5.0.
+        assert_eq!(spec("0", None).minimum_version(), "0.5.0");
+        assert_eq!(spec("1:0", None).minimum_version(), "0.5.0");
+        assert_eq!(
+            spec("GPU-1", Some("/host/dev/nvidia0")).minimum_version(),
+            "0.5.0"
+        );
+        // What generate writes: the index names (and this driver's dev root) need 0.5.0,
+        // UUID names on a dev root of `/` do not.
+        let d = driver();
+        let mut options = GenerateOptions::new("/usr/bin/nvc-hook");
+        assert_eq!(generate(&d, &options).unwrap().cdi_version, "0.5.0");
+        let mut local = d.clone();
+        for g in &mut local.gpus {
+            g.node.host_path = g.node.path.clone();
+            g.mig.clear();
+        }
+        for n in &mut local.control_nodes {
+            n.host_path = n.path.clone();
+        }
+        options.strategy = NameStrategy::Uuid;
+        let spec = generate(&local, &options).unwrap();
+        assert_eq!(spec.cdi_version, "0.3.0", "{spec:#?}");
+        assert!(spec
+            .devices
+            .iter()
+            .flat_map(|d| &d.container_edits.device_nodes)
+            .all(|n| n.host_path.is_none()));
     }
 
     #[test]

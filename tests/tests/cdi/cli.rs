@@ -26,10 +26,17 @@ fn generated_spec_describes_the_fake_driver() {
     let spec: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(spec["cdiVersion"], "0.5.0");
     assert_eq!(spec["kind"], "nvidia.com/gpu");
-    assert_eq!(names(&spec), ["0", "1", "2", "all"]);
+    // Each GPU by index and by UUID (the device plugin's names), in bus order.
+    let gpus = h.gpus_in_bus_order();
+    let mut want_names: Vec<String> = Vec::new();
+    for (i, g) in gpus.iter().enumerate() {
+        want_names.push(i.to_string());
+        want_names.push(g.uuid.clone());
+    }
+    want_names.push("all".into());
+    assert_eq!(names(&spec), want_names);
 
     // one node per GPU, with the numbers of its /dev/nvidia<minor>, in bus order
-    let gpus = h.gpus_in_bus_order();
     let mut all = Vec::new();
     for (i, g) in gpus.iter().enumerate() {
         let want = format!("/dev/nvidia{} 195:{}", g.minor, g.minor);
@@ -37,6 +44,10 @@ fn generated_spec_describes_the_fake_driver() {
         assert_eq!(
             spec_nodes(&d["containerEdits"]),
             std::slice::from_ref(&want)
+        );
+        assert_eq!(
+            device(&spec, &g.uuid)["containerEdits"],
+            d["containerEdits"]
         );
         let node = &d["containerEdits"]["deviceNodes"][0];
         assert_eq!(node["type"], "c");
