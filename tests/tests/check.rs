@@ -467,8 +467,17 @@ fn docker_configured_or_not() {
         json!({"runtimes": {"nv": {"path": "/nonexistent/nvc-runtime"}}}).to_string(),
     )
     .unwrap();
-    host.check(&[])
-        .assert_row("docker", "!", &["not an executable file"]);
+    // A runtime path that is not there fails every container that asks for it: a
+    // failure with its fix, not a warning.
+    let report = host.check(&[]);
+    report.assert_row("docker", "✘", &["not an executable file", "do not start"]);
+    assert!(
+        report
+            .stdout
+            .contains("install nvc-runtime at /nonexistent/nvc-runtime"),
+        "{}",
+        report.stdout
+    );
 
     std::fs::write(&daemon, "{ not json").unwrap();
     host.check(&[])

@@ -1,6 +1,8 @@
 //! Container engines: whether each is installed (on PATH) and whether nvc is set up in
 //! it. An engine that is not installed is an information row; one that is installed but
-//! not set up is a warning (GPU containers still start through the others, or runc).
+//! not set up is a warning (GPU containers still start through the others, or runc); one
+//! whose setup names an nvc-runtime that is not there is a failure (every container that
+//! asks for that runtime fails).
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -33,16 +35,29 @@ fn installed(probe: &Probe, names: &[&str]) -> Option<PathBuf> {
     names.iter().find_map(|n| probe.find_program(n))
 }
 
+/// What is wrong with an engine's nvc setup.
+enum Problem {
+    /// Its configuration cannot be read.
+    Unreadable(String),
+    /// It names an nvc-runtime that is not there: what is wrong, and the fix.
+    Broken(String, String),
+}
+
 /// The row of an engine from what was found: where it is installed, and how nvc is set
-/// up in it (`Ok(None)`: not set up; `Err`: its configuration cannot be read).
+/// up in it (`Ok(None)`: not set up).
 fn engine_row(
     check: &str,
     binary: Option<PathBuf>,
     names: &[&str],
-    setup: Result<Option<String>, String>,
+    setup: Result<Option<String>, Problem>,
     not_setup: String,
     fix: String,
 ) -> Row {
+    let setup = match setup {
+        Err(Problem::Broken(why, fix)) => return Row::fail(check, why, fix),
+        Err(Problem::Unreadable(why)) => Err(why),
+        Ok(how) => Ok(how),
+    };
     match (binary, setup) {
         (None, Ok(Some(how))) => Row::info(check, format!("not installed; {how}")),
         (None, _) => Row::info(
@@ -87,12 +102,12 @@ pub fn docker(probe: &Probe) -> Row {
 }
 
 /// How daemon.json sets nvc up: the runtimes whose path is nvc-runtime.
-fn docker_setup(file: &Path) -> Result<Option<String>, String> {
-    let Some(text) = read_optional(file)? else {
+fn docker_setup(file: &Path) -> Result<Option<String>, Problem> {
+    let Some(text) = read_optional(file).map_err(Problem::Unreadable)? else {
         return Ok(None);
     };
     let json: Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not valid JSON: {e}", show(file)))?;
+        .map_err(|e| Problem::Unreadable(format!("{} is not valid JSON: {e}", show(file))))?;
     let default_runtime = json.get("default-runtime").and_then(Value::as_str);
     let mut found = Vec::new();
     if let Some(runtimes) = json.get("runtimes").and_then(Value::as_object) {
@@ -117,10 +132,19 @@ fn docker_setup(file: &Path) -> Result<Option<String>, String> {
     };
     // Docker looks a bare name up on its own PATH; only an absolute path can be checked.
     if path.is_absolute() && !is_executable(path) {
-        return Err(format!(
-            "{} names runtime {name:?} {}, which is not an executable file",
-            show(file),
-            show(path)
+        return Err(Problem::Broken(
+            format!(
+                "{} names runtime {name:?} {}, which is not an executable file: \
+                 containers asking for it do not start",
+                show(file),
+                show(path)
+            ),
+            format!(
+                "install nvc-runtime at {}, or point the runtime at it with {}, then restart \
+                 dockerd",
+                show(path),
+                configure_command("docker")
+            ),
         ));
     }
     let mut how = format!("runtime {name:?} is {} in {}", show(path), show(file));
@@ -143,7 +167,7 @@ pub fn containerd(probe: &Probe) -> Row {
         "containerd",
         installed(probe, NAMES),
         NAMES,
-        containerd_setup(file),
+        containerd_setup(file).map_err(Problem::Unreadable),
         format!("neither {} nor its imports name nvc-runtime", show(file)),
         format!(
             "{}, then restart containerd",
@@ -223,7 +247,7 @@ pub fn crio(probe: &Probe) -> Row {
         "cri-o",
         installed(probe, NAMES),
         NAMES,
-        crio_setup(&probe.crio_configs),
+        crio_setup(&probe.crio_configs).map_err(Problem::Unreadable),
         format!(
             "no CRI-O configuration names nvc-runtime ({})",
             shown.join(", ")
