@@ -167,6 +167,9 @@ fn deb_installs_runs_and_purges_back_to_the_users_config() {
     };
     configure(&["--runtime", "docker", "--gpus-alias"]);
     configure(&["--runtime", "containerd"]);
+    // CRI-O is not installed there: the folders nvc makes for its drop-in go too.
+    configure(&["--runtime", "crio"]);
+    assert!(read("etc/crio/crio.conf.d/99-nvc.conf").contains("/usr/bin/nvc-runtime"));
     assert_eq!(
         std::fs::read_link(root.join("usr/bin/nvidia-container-runtime-hook")).unwrap(),
         Path::new("nvc-hook")
