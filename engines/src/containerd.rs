@@ -520,8 +520,25 @@ fn runtime_entry(template: Option<&dyn TableLike>, opts: &ContainerdOptions<'_>)
         }
     }
     entry.insert("options", Item::Table(options));
+    // The CRI plugin passes a pod's or a container's annotations into the OCI spec only
+    // where the runtime allows them: without this, the device plugin's `cdi.k8s.io/`
+    // annotations never reach nvc-runtime (containerd 1.6 has no CDI support of its own).
+    for key in ["pod_annotations", "container_annotations"] {
+        let mut list = entry
+            .get(key)
+            .and_then(Item::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if !list.iter().any(|v| v.as_str() == Some(CDI_ANNOTATIONS)) {
+            list.push(CDI_ANNOTATIONS);
+        }
+        entry.insert(key, toml_edit::value(list));
+    }
     entry
 }
+
+/// The annotations nvc reads, as the CRI plugin's allowlists write them.
+pub const CDI_ANNOTATIONS: &str = "cdi.k8s.io/*";
 
 fn header(version: i64, opts: &ContainerdOptions<'_>) -> String {
     let mut h = format!(
@@ -667,6 +684,15 @@ imports = ["/etc/containerd/extra/*.toml"] # site settings
             Some("/usr/bin/nvc-runtime")
         );
         assert_eq!(nv["options"]["SystemdCgroup"].as_bool(), Some(true));
+        for key in ["pod_annotations", "container_annotations"] {
+            let list: Vec<&str> = nv[key]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|v| v.as_str())
+                .collect();
+            assert_eq!(list, [CDI_ANNOTATIONS], "{key}");
+        }
         // No comments or indentation copied from the main file.
         assert!(
             !plan.drop_in.contains("# the CRI plugin"),
@@ -697,7 +723,9 @@ imports = ["/etc/containerd/extra/*.toml"] # site settings
             body,
             "\nversion = 3\n\n\
              [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nv]\n\
-             runtime_type = \"io.containerd.runc.v2\"\n\n\
+             runtime_type = \"io.containerd.runc.v2\"\n\
+             pod_annotations = [\"cdi.k8s.io/*\"]\n\
+             container_annotations = [\"cdi.k8s.io/*\"]\n\n\
              [plugins.\"io.containerd.cri.v1.runtime\".containerd.runtimes.nv.options]\n\
              BinaryName = \"/usr/bin/nvc-runtime\"\n\
              SystemdCgroup = true\n"

@@ -62,6 +62,16 @@ pub(super) fn changes(
         return Ok(changes);
     }
 
+    if args.cdi {
+        if let Some(version) = installed_version().filter(|v| *v < (1, 7)) {
+            warnings.push(format!(
+                "containerd {}.{} ignores enable_cdi (its CDI support starts with 1.7): the \
+                 GPUs in cdi.k8s.io/ annotations reach containers through the {:?} runtime \
+                 instead, which lets them through to nvc-runtime",
+                version.0, version.1, args.runtime_name
+            ));
+        }
+    }
     let runtime_path = path_str(&args.runtime_path);
     let opts = containerd::ContainerdOptions {
         runtime_name: &args.runtime_name,
@@ -225,4 +235,50 @@ fn expand_import(
     }
     found.sort();
     Ok(found)
+}
+
+/// The major and minor version of the `containerd` on PATH, as `containerd --version`
+/// prints it (`containerd github.com/containerd/containerd 1.6.20~ds1 …`); `None` when
+/// there is none or it says something else.
+fn installed_version() -> Option<(u32, u32)> {
+    let out = std::process::Command::new("containerd")
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    parse_version(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The first `<major>.<minor>` among the words of `text` (a leading `v` allowed).
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    text.split_whitespace().find_map(|word| {
+        let mut parts = word.trim_start_matches('v').split(['.', '~', '-', '+']);
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        Some((major, minor))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_version;
+
+    #[test]
+    fn containerd_versions_are_read_as_it_prints_them() {
+        for (text, want) in [
+            (
+                "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1\n",
+                Some((1, 6)),
+            ),
+            ("containerd containerd.io v1.7.24 88bf19b2\n", Some((1, 7))),
+            (
+                "containerd github.com/containerd/containerd/v2 2.1.9 \n",
+                Some((2, 1)),
+            ),
+            ("nothing here", None),
+        ] {
+            assert_eq!(parse_version(text), want, "{text}");
+        }
+    }
 }

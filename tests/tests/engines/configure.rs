@@ -819,3 +819,44 @@ fn podman_hook_timeout_follows_the_nvc_config() {
         serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(kept, hook, "the file is kept");
 }
+
+/// `--cdi` writes `enable_cdi`, which containerd before 1.7 ignores: nvc says so where the
+/// containerd on PATH is such a one, and the runtime entry lets the `cdi.k8s.io/`
+/// annotations through to nvc-runtime on every version.
+#[test]
+fn containerd_cdi_on_1_6_is_said_and_the_annotations_are_let_through() {
+    let (dir, main) = copy("containerd/config-v2.toml", "config.toml");
+    let out = configure(&["--runtime", "containerd", "--cdi", "--config", s(&main)]);
+    assert!(out.ok, "{}", out.stderr);
+    let drop_in = fs::read_to_string(dir.path().join("conf.d/99-nvc.toml")).unwrap();
+    assert!(drop_in.contains("enable_cdi = true"), "{drop_in}");
+    for key in ["pod_annotations", "container_annotations"] {
+        assert!(
+            drop_in.contains(&format!("{key} = [\"cdi.k8s.io/*\"]")),
+            "{key}: {drop_in}"
+        );
+    }
+    let version = Command::new("containerd")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let old = version.split_whitespace().any(|w| {
+        w.trim_start_matches('v').starts_with("1.") && {
+            let minor: u32 = w
+                .trim_start_matches('v')
+                .split('.')
+                .nth(1)
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(99);
+            minor < 7
+        }
+    });
+    assert!(!version.is_empty(), "this test needs containerd on PATH");
+    assert_eq!(
+        out.stderr.contains("ignores enable_cdi"),
+        old,
+        "containerd says {version:?}; nvc said:\n{}",
+        out.stderr
+    );
+}
