@@ -608,6 +608,43 @@ fn cdi_specs_are_compared_with_the_host() {
         ],
     );
 
+    // A spec made from another driver tree, or for another driver version, names files
+    // that exist but are not this host's driver's: stale, not "matches".
+    let other_tree = host.path("other-root/usr/lib/x86_64-linux-gnu/libcuda.so.999.88.77");
+    let older = host.path("other-root/usr/lib/x86_64-linux-gnu/libcuda.so.470.42.01");
+    for f in [&other_tree, &older] {
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, b"\x7fELF").unwrap();
+    }
+    let mut spec = cdi_spec(&host, &uuids);
+    spec["containerEdits"]["mounts"][0]["hostPath"] = json!(other_tree);
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    host.check(&[]).assert_row(
+        "CDI spec",
+        "!",
+        &[&format!(
+            "mounts {}, which is no file of this host's driver",
+            other_tree.display()
+        )],
+    );
+    let mut spec = cdi_spec(&host, &uuids);
+    spec["containerEdits"]["mounts"][0]["hostPath"] = json!(older);
+    spec["containerEdits"]["hooks"] = json!([{
+        "hookName": "createContainer",
+        "path": workspace_bin("nvc-hook"),
+        "args": ["nvc-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu",
+                 "--cuda-compat-above", "470.42.01"],
+    }]);
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    host.check(&[]).assert_row(
+        "CDI spec",
+        "!",
+        &[
+            "is for driver 470.42.01, this host has 999.88.77",
+            "compares CUDA compat libraries with driver 470.42.01",
+        ],
+    );
+
     // A YAML file of the kind that is no CDI spec.
     std::fs::remove_file(&spec_path).unwrap();
     let yaml = host.path("cdi/nvidia.yaml");

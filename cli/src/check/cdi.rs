@@ -214,17 +214,50 @@ pub fn stale_reasons(spec: &Value, driver: &Driver) -> Vec<String> {
         }
     }
 
+    // The files it mounts: there, this host's driver's (not another driver root's),
+    // and of this driver's version.
+    let host_files: BTreeSet<&Path> = driver
+        .libraries
+        .iter()
+        .map(|l| l.host_path.as_path())
+        .chain(
+            driver
+                .binaries
+                .iter()
+                .chain(&driver.firmware)
+                .chain(&driver.files)
+                .chain(&driver.ipc)
+                .map(|f| f.host_path.as_path()),
+        )
+        .collect();
+    let mut other_versions = BTreeSet::new();
     let mut mounts = Vec::new();
     collect_key(spec, "mounts", &mut mounts);
     for m in mounts
         .iter()
         .flat_map(|v| v.as_array().into_iter().flatten())
     {
-        if let Some(host) = m.get("hostPath").and_then(Value::as_str) {
-            if !Path::new(host).exists() {
-                reasons.push(format!("mounts {host}, which is gone (driver upgraded?)"));
-            }
+        let Some(host) = m.get("hostPath").and_then(Value::as_str) else {
+            continue;
+        };
+        if let Some(v) = driver_version_of(host).filter(|v| *v != driver.version) {
+            other_versions.insert(v.to_string());
         }
+        if !Path::new(host).exists() {
+            reasons.push(format!("mounts {host}, which is gone (driver upgraded?)"));
+        } else if !host_files.contains(Path::new(host)) && !driver.libraries.is_empty() {
+            reasons.push(format!(
+                "mounts {host}, which is no file of this host's driver (made from another \
+                 driver root, {}?)",
+                show(&driver.roots.root)
+            ));
+        }
+    }
+    for v in &other_versions {
+        reasons.push(format!(
+            "is for driver {v}, this host has {}",
+            driver.version
+        ));
     }
     let mut hooks = Vec::new();
     collect_key(spec, "hooks", &mut hooks);
@@ -239,8 +272,47 @@ pub fn stale_reasons(spec: &Value, driver: &Driver) -> Vec<String> {
                 ));
             }
         }
+        // The CUDA forward-compatibility rule compares with the driver it was made for.
+        let args: Vec<&str> = h
+            .get("args")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if let Some(v) = args
+            .windows(2)
+            .find(|w| w[0] == "--cuda-compat-above")
+            .map(|w| w[1])
+        {
+            if v != driver.version {
+                reasons.push(format!(
+                    "its update-ldcache hook compares CUDA compat libraries with driver {v}, \
+                     this host has {}",
+                    driver.version
+                ));
+            }
+        }
     }
     reasons
+}
+
+/// The driver version in a driver file's name (`libcuda.so.580.159.04`,
+/// `.../firmware/nvidia/580.159.04/gsp_ga10x.bin`): three dot-separated numbers.
+fn driver_version_of(path: &str) -> Option<&str> {
+    let looks_like = |s: &str| {
+        let parts: Vec<&str> = s.split('.').collect();
+        parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    };
+    if let Some((_, v)) = path.rsplit_once(".so.") {
+        if looks_like(v) {
+            return Some(v);
+        }
+    }
+    path.split('/').find(|c| looks_like(c))
 }
 
 /// `/dev/nvidia<N>`.
