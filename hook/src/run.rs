@@ -110,11 +110,13 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
     let target = Target {
         pid: state.pid,
         rootfs: plan.view.rootfs.clone(),
+        // The nodes the runtime makes (`linux.devices`), or binds in a user namespace.
         spec_devices: plan
             .view
             .devices
             .iter()
             .map(|(p, _, _)| p.clone())
+            .chain(plan.view.mount_destinations.iter().cloned())
             .collect(),
         update_ldcache: config.ldcache.update,
         device_cgroup: Some(nvc_host::devcgroup::DeviceCgroup::from_spec(&plan.spec)?),

@@ -465,3 +465,42 @@ fn device_plugin_volume_mounts_give_their_gpus_and_are_taken_out() {
     assert!(nodes.is_empty(), "{out}");
     assert!(out.contains("mounts-seen"), "{out}");
 }
+
+/// A container in a user namespace (rootless engines, Docker's `userns-remap`, any spec
+/// with uid mappings): runc cannot make device nodes there and bind-mounts each of
+/// `linux.devices` from the same path on the host, which is not where the driver's nodes
+/// are when its dev root is not `/`. nvc gives such a container its nodes as bind mounts
+/// from where they are.
+#[test]
+fn user_namespace_containers_get_their_nodes_from_any_dev_root() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    // The container's root is an unprivileged host user: it must reach the rootfs and
+    // the driver's nodes through the test's folders.
+    std::fs::set_permissions(w.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    w.n.set(w.n.get() + 1);
+    let dir = w.dir.path().join(format!("bundle-userns{}", w.n.get()));
+    let mapping = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+    let bundle = Bundle::new(&dir, &w.rootfs.path)
+        .unwrap()
+        .args(&["sh", "-c", LIST_NODES])
+        .env(&["NVIDIA_VISIBLE_DEVICES=all"])
+        .with_fake_proc(&w.fake)
+        .set("/linux/namespaces/-", json!({"type": "user"}))
+        .set("/linux/uidMappings", mapping.clone())
+        .set("/linux/gidMappings", mapping)
+        .write()
+        .unwrap();
+    let out =
+        w.rt.run(&bundle, &format!("nvc-userns-{}", std::process::id()));
+    assert!(out.success(), "{out:?}\nnvc log:\n{}", w.nvc_log());
+    let nodes = nodes_inside(&out.stdout);
+    for g in w.gpus_in_bus_order() {
+        let want = format!("/dev/nvidia{} 195:{}", g.minor, g.minor);
+        assert!(nodes.contains(&want), "{want} missing: {nodes:?}\n{out:?}");
+    }
+    assert!(
+        nodes.contains(&"/dev/nvidiactl 195:255".to_string()),
+        "{nodes:?}"
+    );
+}

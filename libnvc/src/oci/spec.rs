@@ -106,6 +106,8 @@ pub struct SpecView {
     /// The destinations of the spec's fresh `tmpfs` mounts (not binds): file systems the
     /// runtime makes empty for this container alone, where nvc may make mount points.
     pub tmpfs_mounts: Vec<PathBuf>,
+    /// The destinations of every mount of the spec, in order.
+    pub mount_destinations: Vec<PathBuf>,
     /// The names under `/var/run/nvidia-container-devices` of the spec's mounts there
     /// (the device plugin's `volume-mounts` strategy; see `crate::request`), in order.
     pub device_mounts: Vec<String>,
@@ -337,6 +339,14 @@ pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
         .filter(|d| d.is_absolute() && d != Path::new("/"))
         .collect();
 
+    let mount_destinations = top
+        .get("mounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("destination").and_then(Value::as_str))
+        .map(PathBuf::from)
+        .collect();
     let device_mounts = top
         .get("mounts")
         .and_then(Value::as_array)
@@ -354,6 +364,7 @@ pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
         devices,
         annotations,
         tmpfs_mounts,
+        mount_destinations,
         device_mounts,
     })
 }
@@ -380,6 +391,21 @@ pub fn drop_device_mounts(spec: &mut Value) -> Result<bool, SpecError> {
             .is_none()
     });
     Ok(mounts.len() != before)
+}
+
+/// Whether the spec's `linux` section puts the container in a user namespace of its own.
+fn in_user_namespace(linux: &Map<String, Value>) -> bool {
+    let new_userns = linux
+        .get("namespaces")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|n| n.get("type").and_then(Value::as_str) == Some("user"));
+    let mapped = linux
+        .get("uidMappings")
+        .and_then(Value::as_array)
+        .is_some_and(|m| !m.is_empty());
+    new_userns || mapped
 }
 
 fn utf8(path: &Path) -> Result<&str, SpecError> {
@@ -468,6 +494,18 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
     let linux = object(top, "linux", "linux")?;
     let mut paths = BTreeSet::new();
     let mut rules = Vec::new();
+    // In a user namespace runc cannot make nodes: it bind-mounts each of `linux.devices`
+    // from the same path on the host. A node that is elsewhere on the host (a dev root
+    // that is not `/`) becomes a bind mount from where it is.
+    let userns = linux.is_some_and(in_user_namespace);
+    let mut mount_destinations: BTreeSet<String> = top
+        .get("mounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("destination").and_then(Value::as_str))
+        .map(str::to_string)
+        .collect();
     if let Some(linux) = linux {
         for entry in array(linux, "devices", "linux.devices")? {
             if let Some(p) = entry.get("path").and_then(Value::as_str) {
@@ -479,10 +517,20 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
         }
     }
     let mut new_devices = Vec::new();
+    let mut new_mounts = Vec::new();
     let mut new_rules = Vec::new();
     for node in &edits.device_nodes {
         let path = utf8(&node.path)?;
-        if paths.insert(path.to_string()) {
+        if userns && node.host_path != node.path {
+            if !paths.contains(path) && mount_destinations.insert(path.to_string()) {
+                new_mounts.push(json!({
+                    "destination": path,
+                    "type": "bind",
+                    "source": utf8(&node.host_path)?,
+                    "options": ["bind", "nosuid", "noexec"],
+                }));
+            }
+        } else if !mount_destinations.contains(path) && paths.insert(path.to_string()) {
             new_devices.push(json!({
                 "path": path,
                 "type": "c",
@@ -508,6 +556,10 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
     if !new_devices.is_empty() {
         let linux = object_mut(top, "linux", "linux")?;
         array_mut(linux, "devices", "linux.devices")?.extend(new_devices);
+        changed = true;
+    }
+    if !new_mounts.is_empty() {
+        array_mut(top, "mounts", "mounts")?.extend(new_mounts);
         changed = true;
     }
     if !new_rules.is_empty() {
@@ -599,6 +651,51 @@ mod tests {
 
     fn minimal() -> Value {
         json!({"ociVersion": "1.0.2", "root": {"path": "rootfs"}})
+    }
+
+    #[test]
+    fn in_a_user_namespace_nodes_elsewhere_on_the_host_become_bind_mounts() {
+        let mut edits = edits();
+        edits.device_nodes[1].host_path = PathBuf::from("/opt/driver/dev/nvidia0");
+        let mut spec = json!({
+            "root": {"path": "rootfs"},
+            "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+            "linux": {"namespaces": [{"type": "mount"}, {"type": "user"}]}
+        });
+        assert!(apply(&mut spec, &edits, &hook()).unwrap());
+        // The node at its usual host path stays a device; the other is bound from where
+        // it is, and both get their cgroup rule.
+        let devices: Vec<&str> = spec["linux"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(devices, ["/dev/nvidiactl"]);
+        assert_eq!(
+            spec["mounts"][1],
+            json!({"destination": "/dev/nvidia0", "type": "bind",
+                   "source": "/opt/driver/dev/nvidia0", "options": ["bind", "nosuid", "noexec"]})
+        );
+        assert_eq!(
+            spec["linux"]["resources"]["devices"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        let once = spec.clone();
+        assert!(!apply(&mut spec, &edits, &hook()).unwrap());
+        assert_eq!(spec, once);
+        let view = view(&spec, Path::new("/b")).unwrap();
+        assert!(view
+            .mount_destinations
+            .contains(&PathBuf::from("/dev/nvidia0")));
+        // Without a user namespace the runtime makes the node itself.
+        let mut plain = json!({"root": {"path": "rootfs"}});
+        apply(&mut plain, &edits, &hook()).unwrap();
+        assert_eq!(plain["linux"]["devices"].as_array().unwrap().len(), 2);
+        assert!(plain.get("mounts").is_none());
     }
 
     #[test]
