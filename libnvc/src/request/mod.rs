@@ -74,7 +74,7 @@ pub struct RequestPolicy {
     pub default_capabilities: CapabilitySet,
     /// The capabilities a container may ask for; others are an error naming them.
     pub supported_capabilities: CapabilitySet,
-    /// Read the GPUs from the device mounts ([`mounts`]), privileged or not; they win
+    /// Read the GPUs from the mounts under [`DEVICE_MOUNTS_ROOT`], privileged or not; they win
     /// over the environment and the annotations.
     pub accept_device_mounts: bool,
     /// Skip requirement checks for every container.
