@@ -51,6 +51,28 @@ echo "$req"
 check "unmet requirement: container does not start" test -z "$(grep -x started <<<"$req")"
 check "unmet requirement: the reason reaches the user" grep -q 'cuda>=99.0' <<<"$req"
 
+echo; echo "--- the device plugin's volume-mounts strategy, the environment not trusted"
+{ cat "$work/config.toml"; printf '[requests]\naccept-envvar-when-unprivileged = false\naccept-devices-as-volume-mounts = true\n'; } >"$work/secure.toml"
+uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+vm() { # vm [DEVICE-ID]: a container asking for all GPUs by its environment, with a mount
+    local b; b=$(mktemp -d "$work/bundle.XXXXXX")
+    bundle "$b" "NVIDIA_VISIBLE_DEVICES=all" 'nvidia-smi -L 2>&1; ls /var/run/nvidia-container-devices 2>&1' >/dev/null
+    if [ -n "${1:-}" ]; then (cd "$b" && python3 - "$1" <<'PY'
+import json, sys
+c = json.load(open("config.json"))
+c["mounts"].append({"destination": "/var/run/nvidia-container-devices/" + sys.argv[1],
+                    "type": "bind", "source": "/dev/null", "options": ["bind", "ro"]})
+json.dump(c, open("config.json", "w"), indent=1)
+PY
+    ); fi
+    (cd "$b" && NVC_CONFIG=$work/secure.toml "$carry/bin/nvc-runtime" --root "$work/state" run "$(basename "$b")") 2>&1
+}
+mounted=$(vm "$uuid"); echo "$mounted"
+check "volume-mounts: the GPU the mount names is the container's" grep -q "(UUID: $uuid)" <<<"$mounted"
+check "volume-mounts: the mount is taken out of the container" grep -q 'No such file' <<<"$mounted"
+envonly=$(vm); echo "$envonly"
+check "volume-mounts: the environment alone gives no GPU under this setting" test -z "$(grep '^GPU ' <<<"$envonly")"
+
 echo
 check "the host's mount table is as before" test "$mounts_before" = "$(awk '{print $5}' /proc/self/mountinfo | sort)"
 cp "$work/config.toml" "$out/" 2>/dev/null
