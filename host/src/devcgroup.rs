@@ -9,6 +9,24 @@ use serde_json::Value;
 
 use crate::cgroup::{self as sys, CgroupDir, CgroupError, DeviceProgram, CGROUP2_SUPER_MAGIC};
 
+/// Whether this process runs in the initial user namespace, where the host's cgroups
+/// are: `/proc/self/uid_map` maps all of the uid range. `true` when it cannot be read
+/// (the grant then says what fails).
+pub fn in_initial_user_namespace() -> bool {
+    std::fs::read_to_string("/proc/self/uid_map").map_or(true, |map| maps_every_uid(&map))
+}
+
+/// Whether a `uid_map` maps uid 0 to 0 over the whole range, as the initial user
+/// namespace's does (`0 0 4294967295`).
+fn maps_every_uid(uid_map: &str) -> bool {
+    let lines: Vec<Vec<&str>> = uid_map
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .filter(|f: &Vec<&str>| !f.is_empty())
+        .collect();
+    matches!(lines.as_slice(), [f] if f.as_slice() == ["0", "0", "4294967295"])
+}
+
 /// Where the host's cgroup file systems are mounted.
 pub const DEFAULT_CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -339,6 +357,18 @@ fn below(base: &Path, relative: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_initial_user_namespace_maps_every_uid() {
+        assert!(maps_every_uid("         0          0 4294967295\n"));
+        // Rootless Podman's: the user as root, then its subordinate range.
+        assert!(!maps_every_uid("0 1000 1\n1 100000 65536\n"));
+        assert!(!maps_every_uid("0 0 65536\n"));
+        assert!(!maps_every_uid(""));
+        // This test runs in the initial namespace (or a container of the CI's own).
+        let own = std::fs::read_to_string("/proc/self/uid_map").unwrap();
+        assert_eq!(in_initial_user_namespace(), maps_every_uid(&own));
+    }
 
     #[test]
     fn proc_cgroup_lines() {

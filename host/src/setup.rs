@@ -109,6 +109,17 @@ pub fn set_up(
     // The runtime's device cgroup forbids the nodes it was not told about: read and build
     // the grant here, in the host's namespaces; it is applied once the nodes are mounted.
     let device_grant = match &target.device_cgroup {
+        // Rootless (the hook runs in a user namespace of its own, as rootless Podman runs
+        // it): the device cgroup is not the caller's to change, and the runtime made none
+        // for the container; the nodes bound in are all it needs, as NVIDIA's
+        // `no-cgroups` setting has it, decided here rather than configured.
+        Some(_) if !node_sources.is_empty() && !devcgroup::in_initial_user_namespace() => {
+            info!(
+                "in a user namespace of its own (rootless): the container's device cgroup \
+                 is left as the runtime made it"
+            );
+            None
+        }
         Some(cgroup) if !node_sources.is_empty() => {
             let devices: Vec<CharDevice> = node_sources
                 .iter()

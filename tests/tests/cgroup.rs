@@ -25,7 +25,7 @@ use libnvc::devcgroup::{self, DevicePolicy, Rule};
 use nvc_host::devcgroup::{CharDevice, DevCgroupError, DeviceCgroup, Granted};
 use nvc_tests::cgroup::{attach_policy, device_programs, grant, AttachHow};
 use nvc_tests::{require_root, Bundle, FakeDriver, Outcome, Runtime, TestRootfs, TestSetup};
-use serde_json::json;
+use serde_json::{json, Value};
 
 const DENIED: &str = "Operation not permitted";
 
@@ -589,4 +589,89 @@ fn hook_only_privileged_container_keeps_every_device() {
         let line = result_for(&out.stdout, p);
         assert!(reached_the_driver(line), "{p} is allowed to all: {line}");
     }
+}
+
+/// Rootless: runc started by a user in a user namespace of its own (`unshare -Ur`, as
+/// rootless Podman runs it), with nvc-hook from the spec as hooks.d puts it there. The
+/// device cgroup is not that user's to change and runc made none; the hook leaves it,
+/// says so in its log, and the container gets its nodes. (Before, the hook failed on the
+/// cgroup it may not write.)
+#[test]
+fn rootless_containers_get_their_nodes_without_device_cgroup_writes() {
+    let w = World::new();
+    let script = "for n in /dev/nvidia*; do [ -c $n ] && echo node $n; done; echo done";
+    let bundle = w
+        .hook_only("rootless", "NVIDIA_VISIBLE_DEVICES=all", script)
+        .write()
+        .unwrap();
+    // What a rootless runtime's spec has: a user namespace mapping the user alone, no
+    // cgroup settings, no cgroup or sysfs mount of its own, devpts without a gid.
+    let mut spec = bundle.read_config().unwrap();
+    let linux = spec["linux"].as_object_mut().unwrap();
+    linux["namespaces"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "user"}));
+    let mapping = json!([{"containerID": 0, "hostID": 0, "size": 1}]);
+    linux.insert("uidMappings".into(), mapping.clone());
+    linux.insert("gidMappings".into(), mapping);
+    linux.remove("resources");
+    let mounts = spec["mounts"].as_array_mut().unwrap();
+    mounts.retain(|m| m["type"] != "cgroup");
+    for m in mounts.iter_mut() {
+        if m["destination"] == "/dev/pts" {
+            let options: Vec<Value> = m["options"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|o| !o.as_str().unwrap_or("").starts_with("gid="))
+                .cloned()
+                .collect();
+            m["options"] = Value::Array(options);
+        }
+        if m["destination"] == "/sys" {
+            *m = json!({"destination": "/sys", "type": "bind", "source": "/sys",
+                        "options": ["rbind", "nosuid", "noexec", "nodev", "ro"]});
+        }
+    }
+    std::fs::write(bundle.config_path(), spec.to_string()).unwrap();
+
+    let state = w.dir.path().join("rootless-state");
+    let id = nvc_tests::container_id("nvc-rootless");
+    let out = Command::new("unshare")
+        .args([
+            "--user",
+            "--map-root-user",
+            "--mount",
+            "--",
+            "runc",
+            "--rootless=true",
+        ])
+        .arg("--root")
+        .arg(&state)
+        .args(["run", "--bundle"])
+        .arg(&bundle.dir)
+        .arg(&id)
+        .stdin(Stdio::null())
+        .output()
+        .expect("this test needs unshare (util-linux) and runc on PATH");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(w.dir.path().join("nvc.log")).unwrap_or_default();
+    assert!(
+        out.status.success() && stdout.contains("done"),
+        "{}\nstdout:\n{stdout}\nstderr:\n{}\nnvc log:\n{log}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for minor in w.gpu_minors() {
+        assert!(
+            stdout.contains(&format!("node /dev/nvidia{minor}\n")),
+            "{stdout}"
+        );
+    }
+    assert!(stdout.contains("node /dev/nvidiactl\n"), "{stdout}");
+    assert!(
+        log.contains("user namespace of its own (rootless)"),
+        "the hook did not say why it left the device cgroup:\n{log}"
+    );
 }
