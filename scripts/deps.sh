@@ -19,6 +19,9 @@ have dockerd || [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || need+=(busybox-static)
 # The CDI tests: a real CDI consumer (Debian 12's podman 4.3), run against runc.
 have podman || need+=(podman)
+# Newer Debian's engines (tests/tests/engines/): a Debian 13 root made by debootstrap,
+# never installed over Debian 12's libc.
+have debootstrap || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 echo "int main(void){return 0;}" | gcc -m32 -x c - -o /dev/null 2>/dev/null || need+=(gcc-multilib)
 if ! have cargo; then
     # Debian 12's own rustc (1.63) is too old; its rustc-web/cargo-web are current.

@@ -19,6 +19,7 @@ mod archive;
 mod command;
 mod containerd;
 mod daemon;
+mod debian_root;
 mod dockerd;
 mod podman;
 
@@ -33,6 +34,7 @@ pub use archive::oci_archive;
 pub use command::run_command;
 pub use containerd::Containerd;
 pub use daemon::remove_cgroups;
+pub use debian_root::EngineRoot;
 pub use dockerd::Dockerd;
 pub use podman::Podman;
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::Outcome;
 
 use super::daemon::{cgroup_name, isolated, remove_cgroups};
+use super::debian_root::EngineRoot;
 use super::{engine_path, find_program, mkdirs, run_command, EngineError, ENGINE_TIMEOUT};
 
 /// `podman` with private storage: `--root`, `--runroot`, `--tmpdir` under its directory,
@@ -22,6 +23,10 @@ pub struct Podman {
     pub cgroup_parent: String,
     program: PathBuf,
     runc: PathBuf,
+    /// A newer Debian's podman: its root, and the host folders bound into it.
+    root: Option<(EngineRoot, Vec<PathBuf>)>,
+    /// The host folder that is `/etc/cdi` in the root.
+    cdi_dir: Option<PathBuf>,
 }
 
 impl Podman {
@@ -41,12 +46,61 @@ impl Podman {
             cgroup_parent: cgroup_name("podman"),
             program,
             runc,
+            root: None,
+            cdi_dir: None,
         })
+    }
+
+    /// The podman of `root` (a newer Debian's) with its `runtime` (`runc` or `crun`),
+    /// keeping everything under `dir`, with the OCI hooks of `hooks_dir`; `binds`: the
+    /// host folders it must see (the test's folder, nvc's binaries), at the same paths.
+    pub fn in_root(
+        root: &EngineRoot,
+        runtime: &str,
+        dir: &Path,
+        hooks_dir: &Path,
+        binds: &[&Path],
+    ) -> Result<Podman, EngineError> {
+        let dir = mkdirs(dir)?;
+        for sub in ["root", "runroot", "tmp", "io"] {
+            mkdirs(&dir.join(sub))?;
+        }
+        Ok(Podman {
+            hooks_dir: std::path::absolute(hooks_dir)
+                .map_err(EngineError::io("make absolute", hooks_dir))?,
+            dir,
+            cgroup_parent: cgroup_name("podman"),
+            program: PathBuf::from("/usr/bin/podman"),
+            runc: Path::new("/usr/bin").join(runtime),
+            root: Some((
+                root.clone(),
+                binds.iter().map(|b| b.to_path_buf()).collect(),
+            )),
+            cdi_dir: None,
+        })
+    }
+
+    /// Podman in a root reading its CDI specs (`/etc/cdi`) from the host folder `dir`.
+    pub fn with_cdi_dir(mut self, dir: &Path) -> Podman {
+        self.cdi_dir = Some(dir.to_path_buf());
+        self
     }
 
     /// `podman <global flags> ARGS`, with [`ENGINE_TIMEOUT`].
     pub fn podman<S: AsRef<OsStr>>(&self, args: &[S]) -> Outcome {
-        let mut command = isolated(&self.program);
+        let mut command = match &self.root {
+            None => isolated(&self.program),
+            Some((root, binds)) => {
+                let binds: Vec<&Path> = binds.iter().map(PathBuf::as_path).collect();
+                let mut command = root.command(
+                    &self.program.to_string_lossy(),
+                    &binds,
+                    self.cdi_dir.as_deref(),
+                );
+                command.env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1");
+                command
+            }
+        };
         command
             .arg("--root")
             .arg(self.dir.join("root"))

@@ -253,6 +253,12 @@ impl Seen {
 /// those, loaded libcuda and NVML by soname, and `nvidia-smi -L` listed them in order.
 #[track_caller]
 fn assert_gpus(out: &Outcome, gpus: &[FakeGpu], context: &str) {
+    assert_gpus_with(out, gpus, &[], context);
+}
+
+/// [`assert_gpus`] with more control nodes: nvc's CDI spec gives every container the
+/// control nodes of every capability it covers (`nvidia-modeset` too).
+fn assert_gpus_with(out: &Outcome, gpus: &[FakeGpu], more: &[&str], context: &str) {
     assert!(out.success(), "{context}: {out:?}");
     let seen = Seen::from(out);
     let mut want: Vec<String> = gpus
@@ -265,7 +271,9 @@ fn assert_gpus(out: &Outcome, gpus: &[FakeGpu], context: &str) {
             "/dev/nvidia-uvm 238:0",
             "/dev/nvidia-uvm-tools 238:1",
         ]
-        .map(String::from),
+        .iter()
+        .chain(more)
+        .map(|s| s.to_string()),
     );
     want.sort();
     assert_eq!(seen.nodes, want, "{context}: device nodes\n{}", seen.text);

@@ -1,0 +1,144 @@
+//! A newer Debian's engines, run from a root of their own: Debian 12's glibc cannot run
+//! Debian 13's podman, runc or crun, and they must never be installed over it. The root is
+//! made by `debootstrap` once per build folder (`target/engine-roots/<suite>`) and reused;
+//! each command then runs in its own mount namespace whose root is that folder
+//! (`pivot_root`, not `chroot`: a hook that enters a container's mount namespace gets the
+//! namespace's root, which must be the engine's), with the host's `/proc`, `/sys`, `/dev`,
+//! a fresh `/run` and `/tmp`, and the host folders the test names bound at the same paths.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use super::{run_command, EngineError};
+
+/// The Debian suite and the engines each root holds.
+const SUITES: &[(&str, &str)] = &[("trixie", "podman,runc,crun,conmon,catatonit")];
+
+/// Where Debian's packages come from.
+const MIRROR: &str = "http://deb.debian.org/debian";
+
+/// A Debian root with engines, made by debootstrap.
+#[derive(Debug, Clone)]
+pub struct EngineRoot {
+    /// The root folder.
+    pub path: PathBuf,
+    /// The suite (`trixie` is Debian 13).
+    pub suite: &'static str,
+}
+
+/// Serializes the roots' creation: the tests of one binary run in parallel.
+static MAKING: Mutex<()> = Mutex::new(());
+
+/// The folder that holds the roots: `engine-roots` in the build folder (next to
+/// `debug`), so one build makes them once.
+fn roots_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap_or_default();
+        // target/debug/deps/<test> → target
+        exe.ancestors()
+            .nth(3)
+            .map_or_else(|| PathBuf::from("/var/tmp"), Path::to_path_buf)
+            .join("engine-roots")
+    })
+    .clone()
+}
+
+impl EngineRoot {
+    /// Debian 13 (trixie): podman 5.4, runc 1.1, crun 1.21. Made on first use (about
+    /// 20 s and 600 MB from the Debian mirror), then reused.
+    pub fn debian13() -> Result<EngineRoot, EngineError> {
+        EngineRoot::make("trixie")
+    }
+
+    fn make(suite: &'static str) -> Result<EngineRoot, EngineError> {
+        let packages = SUITES
+            .iter()
+            .find(|(s, _)| *s == suite)
+            .map(|(_, p)| *p)
+            .unwrap_or_default();
+        let path = roots_dir().join(suite);
+        let _guard = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+        if path.join("usr/bin/podman").is_file() {
+            return Ok(EngineRoot { path, suite });
+        }
+        let debootstrap = super::find_program("debootstrap", "debootstrap")?;
+        let partial = path.with_extension("partial");
+        let _ = std::fs::remove_dir_all(&partial);
+        std::fs::create_dir_all(&partial).map_err(EngineError::io("create directory", &partial))?;
+        let mut command = Command::new(debootstrap);
+        command
+            .args(["--variant=minbase", &format!("--include={packages}"), suite])
+            .arg(&partial)
+            .arg(MIRROR);
+        let out = run_command(
+            &mut command,
+            &roots_dir(),
+            std::time::Duration::from_secs(900),
+        );
+        EngineError::check("debootstrap a Debian root with its engines", out)?;
+        std::fs::rename(&partial, &path).map_err(EngineError::io("rename", &partial))?;
+        Ok(EngineRoot { path, suite })
+    }
+
+    /// `unshare` running `program ARGS...` inside the root, with `binds` (host folders,
+    /// absolute) at the same paths there, and `/etc/cdi` the host folder `cdi` when given.
+    /// Add the program's arguments to the command.
+    pub fn command(&self, program: &str, binds: &[&Path], cdi: Option<&Path>) -> Command {
+        let binds: Vec<String> = binds
+            .iter()
+            .map(|b| b.to_string_lossy().into_owned())
+            .collect();
+        let mut command = Command::new("unshare");
+        command
+            .args([
+                "--mount",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                r#"set -e
+R=$NVC_ENGINE_ROOT
+mount --rbind "$R" "$R"
+mount -t proc proc "$R/proc"
+mount --rbind /sys "$R/sys"
+mount --rbind /dev "$R/dev"
+mount -t tmpfs -o mode=0755 nvc-run "$R/run"
+mount -t tmpfs -o mode=1777 nvc-tmp "$R/tmp"
+for b in $NVC_ENGINE_BINDS; do mkdir -p "$R$b"; mount --rbind "$b" "$R$b"; done
+if [ -n "$NVC_ENGINE_CDI" ]; then mkdir -p "$R/etc/cdi"; mount --bind "$NVC_ENGINE_CDI" "$R/etc/cdi"; fi
+mkdir -p "$R/.oldroot"
+cd "$R"
+pivot_root . .oldroot
+cd /
+umount -l /.oldroot
+unset NVC_ENGINE_ROOT NVC_ENGINE_BINDS NVC_ENGINE_CDI
+exec "$@""#,
+                "sh",
+                program,
+            ])
+            .env("NVC_ENGINE_ROOT", &self.path)
+            .env("NVC_ENGINE_BINDS", binds.join(" "))
+            .env("NVC_ENGINE_CDI", cdi.map(Path::as_os_str).unwrap_or_default())
+            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        command
+    }
+
+    /// What `program --version` says inside the root (its first line).
+    pub fn version(&self, program: &str) -> String {
+        let out = self.command(program, &[], None).arg("--version").output();
+        out.map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .unwrap_or_default()
+    }
+}
