@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::Outcome;
 
 use super::daemon::{cgroup_name, isolated, remove_cgroups, Daemon};
+use super::debian_root::EngineRoot;
 use super::{engine_path, find_program, mkdirs, run_command, EngineError, ENGINE_TIMEOUT};
 
 /// The `docker` CLI pointed at one daemon's socket, with a private `DOCKER_CONFIG`.
@@ -17,11 +18,19 @@ struct DockerClient {
     cli: PathBuf,
     socket: PathBuf,
     dir: PathBuf,
+    /// The root the CLI runs in, and the host folders bound there.
+    root: Option<(EngineRoot, Vec<PathBuf>)>,
 }
 
 impl DockerClient {
     fn run<S: AsRef<OsStr>>(&self, args: &[S], timeout: Duration) -> Outcome {
-        let mut command = Command::new(&self.cli);
+        let mut command = match &self.root {
+            None => Command::new(&self.cli),
+            Some((root, binds)) => {
+                let binds: Vec<&Path> = binds.iter().map(PathBuf::as_path).collect();
+                root.command(&self.cli.to_string_lossy(), &binds, None)
+            }
+        };
         command
             .arg("-H")
             .arg(format!("unix://{}", self.socket.display()))
@@ -127,6 +136,74 @@ impl Dockerd {
             cli,
             socket: socket.clone(),
             dir: dir.clone(),
+            root: None,
+        };
+        let mut daemon = Daemon::spawn("dockerd", command, &dir.join("dockerd.log"))?;
+        let ping = ["version", "--format", "{{.Server.Version}}"];
+        let ready = daemon
+            .wait_ready(|| socket.exists() && client.run(&ping, Duration::from_secs(10)).success());
+        let dockerd = Dockerd {
+            dir,
+            socket,
+            cgroup_parent,
+            client,
+            daemon,
+        };
+        ready.map(|()| dockerd)
+    }
+
+    /// The dockerd (and its containerd and runc) of `root`, a newer Debian's, started as
+    /// [`Dockerd::start`] starts Debian 12's; `binds`: the host folders it must see (the
+    /// test's folder, nvc's binaries), and `cdi`: the host folder that is its `/etc/cdi`.
+    pub fn start_in(
+        root: &EngineRoot,
+        dir: &Path,
+        daemon_json: &Path,
+        env: &[(&str, &OsStr)],
+        binds: &[&Path],
+        cdi: Option<&Path>,
+    ) -> Result<Dockerd, EngineError> {
+        let dir = mkdirs(dir)?;
+        for sub in ["data", "exec", "client", "io", "tmp"] {
+            mkdirs(&dir.join(sub))?;
+        }
+        let socket = dir.join("docker.sock");
+        let cgroup_parent = cgroup_name("docker");
+        let mut command = root.command("/usr/sbin/dockerd", binds, cdi);
+        command
+            .arg("--data-root")
+            .arg(dir.join("data"))
+            .arg("--exec-root")
+            .arg(dir.join("exec"))
+            .arg("--pidfile")
+            .arg(dir.join("dockerd.pid"))
+            .arg("--host")
+            .arg(format!("unix://{}", socket.display()))
+            .arg("--config-file")
+            .arg(daemon_json)
+            .args([
+                "--storage-driver",
+                "vfs",
+                "--iptables=false",
+                "--ip-masq=false",
+                "--bridge=none",
+                "--exec-opt",
+                "native.cgroupdriver=cgroupfs",
+            ])
+            .arg("--cgroup-parent")
+            .arg(format!("/{cgroup_parent}"))
+            .env("TMPDIR", dir.join("tmp"));
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let client = DockerClient {
+            cli: PathBuf::from("/usr/bin/docker"),
+            socket: socket.clone(),
+            dir: dir.clone(),
+            root: Some((
+                root.clone(),
+                binds.iter().map(|b| b.to_path_buf()).collect(),
+            )),
         };
         let mut daemon = Daemon::spawn("dockerd", command, &dir.join("dockerd.log"))?;
         let ping = ["version", "--format", "{{.Server.Version}}"];
