@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::{container_id, Outcome};
 
 use super::daemon::{cgroup_name, isolated, remove_cgroups, Daemon};
+use super::debian_root::EngineRoot;
 use super::{
     engine_path, find_program, mkdirs, oci_archive, run_command, EngineError, ENGINE_TIMEOUT,
 };
@@ -38,11 +39,19 @@ struct CtrClient {
     socket: PathBuf,
     namespace: String,
     io_dir: PathBuf,
+    /// The root `ctr` runs in, the host folders bound there and its `/etc/cdi`.
+    root: Option<(EngineRoot, Vec<PathBuf>, Option<PathBuf>)>,
 }
 
 impl CtrClient {
     fn run<S: AsRef<OsStr>>(&self, args: &[S], timeout: Duration) -> Outcome {
-        let mut command = Command::new(&self.ctr);
+        let mut command = match &self.root {
+            None => Command::new(&self.ctr),
+            Some((root, binds, cdi)) => {
+                let binds: Vec<&Path> = binds.iter().map(PathBuf::as_path).collect();
+                root.command(&self.ctr.to_string_lossy(), &binds, cdi.as_deref())
+            }
+        };
         command
             .arg("--address")
             .arg(&self.socket)
@@ -104,6 +113,61 @@ impl Containerd {
             socket: dir.join("containerd.sock"),
             namespace: cgroup_name("containerd"),
             io_dir: dir.join("io"),
+            root: None,
+        };
+        let mut daemon = Daemon::spawn("containerd", command, &dir.join("containerd.log"))?;
+        let ready = daemon.wait_ready(|| {
+            client.socket.exists() && client.run(&["version"], Duration::from_secs(10)).success()
+        });
+        let containerd = Containerd {
+            socket: client.socket.clone(),
+            namespace: client.namespace.clone(),
+            dir,
+            config,
+            client,
+            daemon,
+        };
+        ready.map(|()| containerd)
+    }
+
+    /// The containerd (and `ctr`, and runc) of `root`, a newer Debian's, started as
+    /// [`Containerd::start`] starts Debian 12's; `binds`: the host folders it must see
+    /// (the test's folder, nvc's binaries), and `cdi`: the host folder that is `ctr`'s
+    /// `/etc/cdi`.
+    pub fn start_in(
+        root: &EngineRoot,
+        dir: &Path,
+        env: &[(&str, &OsStr)],
+        binds: &[&Path],
+        cdi: Option<&Path>,
+    ) -> Result<Containerd, EngineError> {
+        let dir = mkdirs(dir)?;
+        for sub in ["fifo", "io", "opt", "tmp"] {
+            mkdirs(&dir.join(sub))?;
+        }
+        let config = dir.join("config.toml");
+        if !config.exists() {
+            std::fs::write(&config, Containerd::default_config(&dir, false))
+                .map_err(EngineError::io("write", &config))?;
+        }
+        let mut command = root.command("/usr/bin/containerd", binds, cdi);
+        command
+            .arg("--config")
+            .arg(&config)
+            .env("TMPDIR", dir.join("tmp"));
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let client = CtrClient {
+            ctr: PathBuf::from("/usr/bin/ctr"),
+            socket: dir.join("containerd.sock"),
+            namespace: cgroup_name("containerd"),
+            io_dir: dir.join("io"),
+            root: Some((
+                root.clone(),
+                binds.iter().map(|b| b.to_path_buf()).collect(),
+                cdi.map(Path::to_path_buf),
+            )),
         };
         let mut daemon = Daemon::spawn("containerd", command, &dir.join("containerd.log"))?;
         let ready = daemon.wait_ready(|| {

@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::process::Command;
 
 use libnvc::report::error_chain;
-use nvc_tests::{workspace_bin, Containerd};
+use nvc_tests::{workspace_bin, Containerd, EngineRoot};
 
 use super::{
     assert_gpus, assert_refused, assert_untouched, nvc_configure, run, World, CTR_IMAGE, PROBE,
@@ -150,6 +150,79 @@ fn containerd_ctr_runs_gpu_containers_through_nvc_runtime() {
         ]),
         "cuda>=100.0",
         "ctr run NVIDIA_REQUIRE_CUDA=cuda>=100.0",
+    );
+
+    let namespace = containerd.namespace.clone();
+    drop(containerd);
+    w.assert_clean(&[namespace]);
+}
+
+/// Debian 13's containerd 1.7.24 (and its `ctr` and runc) from a root of their own (see
+/// `nvc_tests::EngineRoot`), running containers with nvc-runtime as their runc binary.
+/// (Its `ctr` has no CDI flag; CDI on 1.7 goes through the CRI plugin, not tested yet.)
+#[test]
+fn containerd17_ctr_runs_gpu_containers_through_nvc_runtime() {
+    let w = World::new();
+    let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let bin_dir = workspace_bin("nvc-runtime").parent().unwrap().to_path_buf();
+    let containerd = Containerd::start_in(
+        &root,
+        &w.path("containerd17"),
+        &[("NVC_CONFIG", w.config.as_os_str())],
+        &[w.dir.path(), &bin_dir],
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let version = containerd.ctr(&["version"]);
+    assert!(version.stdout.contains("1.7."), "{version:?}");
+    containerd
+        .import(&w.tarball, CTR_IMAGE)
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let gpus = w.gpus();
+    let runtime = workspace_bin("nvc-runtime");
+    let run = |env: &[&str]| {
+        let mut opts: Vec<String> = vec![
+            "--runc-binary".into(),
+            runtime.display().to_string(),
+            "--mount".into(),
+            format!(
+                "type=bind,src={},dst=/run/fake-proc,options=rbind:ro",
+                w.fake.proc_root.display()
+            ),
+            "--env".into(),
+            "NVC_FAKE_PROC=/run/fake-proc".into(),
+        ];
+        for e in env {
+            opts.extend(["--env".to_string(), e.to_string()]);
+        }
+        containerd.run(&opts, CTR_IMAGE, &["sh", "-c", PROBE])
+    };
+    let context = |what: &str| {
+        format!(
+            "containerd 1.7: {what}\nnvc log:\n{}\ncontainerd log:\n{}",
+            w.nvc_log(),
+            containerd.log_tail(20)
+        )
+    };
+
+    assert_gpus(
+        &run(&["NVIDIA_VISIBLE_DEVICES=all"]),
+        &gpus,
+        &context("ctr run NVIDIA_VISIBLE_DEVICES=all"),
+    );
+    assert_gpus(
+        &run(&[&format!("NVIDIA_VISIBLE_DEVICES={}", gpus[2].uuid)]),
+        &gpus[2..3],
+        &context("ctr run one GPU by UUID"),
+    );
+    assert_untouched(
+        &run(&[]),
+        "containerd 1.7 ctr run without NVIDIA_VISIBLE_DEVICES",
+    );
+    assert_refused(
+        &run(&["NVIDIA_VISIBLE_DEVICES=7"]),
+        "GPU index 7",
+        "containerd 1.7 ctr run NVIDIA_VISIBLE_DEVICES=7",
     );
 
     let namespace = containerd.namespace.clone();
