@@ -321,11 +321,7 @@ pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
     }
 
     // Only read, never checked: runc validates its mounts, and nvc refuses nothing here.
-    let tmpfs_mounts = top
-        .get("mounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    let tmpfs_mounts = mounts(top)
         .filter(|m| m.get("type").and_then(Value::as_str) == Some("tmpfs"))
         .filter(|m| {
             !m.get("options")
@@ -339,22 +335,8 @@ pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
         .filter(|d| d.is_absolute() && d != Path::new("/"))
         .collect();
 
-    let mount_destinations = top
-        .get("mounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m.get("destination").and_then(Value::as_str))
-        .map(PathBuf::from)
-        .collect();
-    let device_mounts = top
-        .get("mounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m.get("destination").and_then(Value::as_str))
-        .filter_map(device_mount_name)
-        .collect();
+    let mount_destinations = destinations(top).map(PathBuf::from).collect();
+    let device_mounts = destinations(top).filter_map(device_mount_name).collect();
 
     Ok(SpecView {
         env,
@@ -406,6 +388,19 @@ fn in_user_namespace(linux: &Map<String, Value>) -> bool {
         .and_then(Value::as_array)
         .is_some_and(|m| !m.is_empty());
     new_userns || mapped
+}
+
+/// The spec's mounts, as read (never checked: runc validates them).
+fn mounts(top: &Map<String, Value>) -> impl Iterator<Item = &Value> {
+    top.get("mounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+/// The destinations of the spec's mounts.
+fn destinations(top: &Map<String, Value>) -> impl Iterator<Item = &str> {
+    mounts(top).filter_map(|m| m.get("destination").and_then(Value::as_str))
 }
 
 fn utf8(path: &Path) -> Result<&str, SpecError> {
@@ -498,14 +493,7 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
     // from the same path on the host. A node that is elsewhere on the host (a dev root
     // that is not `/`) becomes a bind mount from where it is.
     let userns = linux.is_some_and(in_user_namespace);
-    let mut mount_destinations: BTreeSet<String> = top
-        .get("mounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m.get("destination").and_then(Value::as_str))
-        .map(str::to_string)
-        .collect();
+    let mut mount_destinations: BTreeSet<String> = destinations(top).map(str::to_string).collect();
     if let Some(linux) = linux {
         for entry in array(linux, "devices", "linux.devices")? {
             if let Some(p) = entry.get("path").and_then(Value::as_str) {
