@@ -90,15 +90,7 @@ impl Containerd {
     pub fn start(dir: &Path, env: &[(&str, &OsStr)]) -> Result<Containerd, EngineError> {
         let containerd = find_program("containerd", "containerd")?;
         let ctr = find_program("ctr", "containerd")?;
-        let dir = mkdirs(dir)?;
-        for sub in ["fifo", "io", "opt", "tmp"] {
-            mkdirs(&dir.join(sub))?;
-        }
-        let config = dir.join("config.toml");
-        if !config.exists() {
-            std::fs::write(&config, Containerd::default_config(&dir, false))
-                .map_err(EngineError::io("write", &config))?;
-        }
+        let (dir, config) = Containerd::prepare(dir)?;
         let mut command = isolated(&containerd);
         command
             .arg("--config")
@@ -115,19 +107,7 @@ impl Containerd {
             io_dir: dir.join("io"),
             root: None,
         };
-        let mut daemon = Daemon::spawn("containerd", command, &dir.join("containerd.log"))?;
-        let ready = daemon.wait_ready(|| {
-            client.socket.exists() && client.run(&["version"], Duration::from_secs(10)).success()
-        });
-        let containerd = Containerd {
-            socket: client.socket.clone(),
-            namespace: client.namespace.clone(),
-            dir,
-            config,
-            client,
-            daemon,
-        };
-        ready.map(|()| containerd)
+        Containerd::launch(dir, config, command, client)
     }
 
     /// The containerd (and `ctr`, and runc) of `root`, a newer Debian's, started as
@@ -141,15 +121,7 @@ impl Containerd {
         binds: &[&Path],
         cdi: Option<&Path>,
     ) -> Result<Containerd, EngineError> {
-        let dir = mkdirs(dir)?;
-        for sub in ["fifo", "io", "opt", "tmp"] {
-            mkdirs(&dir.join(sub))?;
-        }
-        let config = dir.join("config.toml");
-        if !config.exists() {
-            std::fs::write(&config, Containerd::default_config(&dir, false))
-                .map_err(EngineError::io("write", &config))?;
-        }
+        let (dir, config) = Containerd::prepare(dir)?;
         let mut command = root.command("/usr/bin/containerd", binds, cdi);
         command
             .arg("--config")
@@ -169,6 +141,30 @@ impl Containerd {
                 cdi.map(Path::to_path_buf),
             )),
         };
+        Containerd::launch(dir, config, command, client)
+    }
+
+    /// Makes `dir`'s folders and, unless there is one, its config; returns both paths.
+    fn prepare(dir: &Path) -> Result<(PathBuf, PathBuf), EngineError> {
+        let dir = mkdirs(dir)?;
+        for sub in ["fifo", "io", "opt", "tmp"] {
+            mkdirs(&dir.join(sub))?;
+        }
+        let config = dir.join("config.toml");
+        if !config.exists() {
+            std::fs::write(&config, Containerd::default_config(&dir, false))
+                .map_err(EngineError::io("write", &config))?;
+        }
+        Ok((dir, config))
+    }
+
+    /// Spawns `command` (a containerd) and waits until `client` gets an answer from it.
+    fn launch(
+        dir: PathBuf,
+        config: PathBuf,
+        command: Command,
+        client: CtrClient,
+    ) -> Result<Containerd, EngineError> {
         let mut daemon = Daemon::spawn("containerd", command, &dir.join("containerd.log"))?;
         let ready = daemon.wait_ready(|| {
             client.socket.exists() && client.run(&["version"], Duration::from_secs(10)).success()

@@ -104,28 +104,8 @@ impl Dockerd {
         let config = dir.join("daemon.json");
         std::fs::write(&config, json.to_string()).map_err(EngineError::io("write", &config))?;
         let mut command = isolated(&dockerd);
+        daemon_flags(&mut command, &dir, &socket, &config, &cgroup_parent);
         command
-            .arg("--data-root")
-            .arg(dir.join("data"))
-            .arg("--exec-root")
-            .arg(dir.join("exec"))
-            .arg("--pidfile")
-            .arg(dir.join("dockerd.pid"))
-            .arg("--host")
-            .arg(format!("unix://{}", socket.display()))
-            .arg("--config-file")
-            .arg(&config)
-            .args([
-                "--storage-driver",
-                "vfs",
-                "--iptables=false",
-                "--ip-masq=false",
-                "--bridge=none",
-                "--exec-opt",
-                "native.cgroupdriver=cgroupfs",
-            ])
-            .arg("--cgroup-parent")
-            .arg(format!("/{cgroup_parent}"))
             .env("PATH", engine_path())
             // Where its containerd writes goroutine dumps, among others.
             .env("TMPDIR", dir.join("tmp"));
@@ -138,18 +118,7 @@ impl Dockerd {
             dir: dir.clone(),
             root: None,
         };
-        let mut daemon = Daemon::spawn("dockerd", command, &dir.join("dockerd.log"))?;
-        let ping = ["version", "--format", "{{.Server.Version}}"];
-        let ready = daemon
-            .wait_ready(|| socket.exists() && client.run(&ping, Duration::from_secs(10)).success());
-        let dockerd = Dockerd {
-            dir,
-            socket,
-            cgroup_parent,
-            client,
-            daemon,
-        };
-        ready.map(|()| dockerd)
+        Dockerd::launch(dir, socket, cgroup_parent, command, client)
     }
 
     /// The dockerd (and its containerd and runc) of `root`, a newer Debian's, started as
@@ -170,29 +139,8 @@ impl Dockerd {
         let socket = dir.join("docker.sock");
         let cgroup_parent = cgroup_name("docker");
         let mut command = root.command("/usr/sbin/dockerd", binds, cdi);
-        command
-            .arg("--data-root")
-            .arg(dir.join("data"))
-            .arg("--exec-root")
-            .arg(dir.join("exec"))
-            .arg("--pidfile")
-            .arg(dir.join("dockerd.pid"))
-            .arg("--host")
-            .arg(format!("unix://{}", socket.display()))
-            .arg("--config-file")
-            .arg(daemon_json)
-            .args([
-                "--storage-driver",
-                "vfs",
-                "--iptables=false",
-                "--ip-masq=false",
-                "--bridge=none",
-                "--exec-opt",
-                "native.cgroupdriver=cgroupfs",
-            ])
-            .arg("--cgroup-parent")
-            .arg(format!("/{cgroup_parent}"))
-            .env("TMPDIR", dir.join("tmp"));
+        daemon_flags(&mut command, &dir, &socket, daemon_json, &cgroup_parent);
+        command.env("TMPDIR", dir.join("tmp"));
         for (key, value) in env {
             command.env(key, value);
         }
@@ -205,6 +153,17 @@ impl Dockerd {
                 binds.iter().map(|b| b.to_path_buf()).collect(),
             )),
         };
+        Dockerd::launch(dir, socket, cgroup_parent, command, client)
+    }
+
+    /// Spawns `command` (a dockerd) and waits until `client` gets an answer from it.
+    fn launch(
+        dir: PathBuf,
+        socket: PathBuf,
+        cgroup_parent: String,
+        command: Command,
+        client: DockerClient,
+    ) -> Result<Dockerd, EngineError> {
         let mut daemon = Daemon::spawn("dockerd", command, &dir.join("dockerd.log"))?;
         let ping = ["version", "--format", "{{.Server.Version}}"];
         let ready = daemon
@@ -252,4 +211,30 @@ impl Drop for Dockerd {
         self.daemon.stop();
         remove_cgroups(&self.cgroup_parent);
     }
+}
+
+/// dockerd's private paths, vfs, no networking of its own, cgroupfs and its cgroup parent.
+fn daemon_flags(command: &mut Command, dir: &Path, socket: &Path, config: &Path, parent: &str) {
+    command
+        .arg("--data-root")
+        .arg(dir.join("data"))
+        .arg("--exec-root")
+        .arg(dir.join("exec"))
+        .arg("--pidfile")
+        .arg(dir.join("dockerd.pid"))
+        .arg("--host")
+        .arg(format!("unix://{}", socket.display()))
+        .arg("--config-file")
+        .arg(config)
+        .args([
+            "--storage-driver",
+            "vfs",
+            "--iptables=false",
+            "--ip-masq=false",
+            "--bridge=none",
+            "--exec-opt",
+            "native.cgroupdriver=cgroupfs",
+        ])
+        .arg("--cgroup-parent")
+        .arg(format!("/{parent}"));
 }

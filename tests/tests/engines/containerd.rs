@@ -26,6 +26,25 @@ fn start_containerd(w: &World) -> Containerd {
     containerd
 }
 
+/// `ctr run` of PROBE with nvc-runtime as its runc binary, the fake proc tree and `env`.
+fn ctr_run(containerd: &Containerd, w: &World, env: &[&str]) -> nvc_tests::Outcome {
+    let mut opts: Vec<String> = vec![
+        "--runc-binary".into(),
+        workspace_bin("nvc-runtime").display().to_string(),
+        "--mount".into(),
+        format!(
+            "type=bind,src={},dst=/run/fake-proc,options=rbind:ro",
+            w.fake.proc_root.display()
+        ),
+        "--env".into(),
+        "NVC_FAKE_PROC=/run/fake-proc".into(),
+    ];
+    for e in env {
+        opts.extend(["--env".to_string(), e.to_string()]);
+    }
+    containerd.run(&opts, CTR_IMAGE, &["sh", "-c", PROBE])
+}
+
 /// containerd with a config registered by `nvc runtime configure --runtime containerd`, as
 /// a Kubernetes node's would be: containerd reads the "nv" runtime with nvc-runtime as its
 /// binary, its CRI plugin loads (it refuses a config whose runtimes lack the default
@@ -106,24 +125,7 @@ fn containerd_ctr_runs_gpu_containers_through_nvc_runtime() {
     let w = World::new();
     let containerd = start_containerd(&w);
     let gpus = w.gpus();
-    let runtime = workspace_bin("nvc-runtime");
-    let run = |env: &[&str]| {
-        let mut opts: Vec<String> = vec![
-            "--runc-binary".into(),
-            runtime.display().to_string(),
-            "--mount".into(),
-            format!(
-                "type=bind,src={},dst=/run/fake-proc,options=rbind:ro",
-                w.fake.proc_root.display()
-            ),
-            "--env".into(),
-            "NVC_FAKE_PROC=/run/fake-proc".into(),
-        ];
-        for e in env {
-            opts.extend(["--env".to_string(), e.to_string()]);
-        }
-        containerd.run(&opts, CTR_IMAGE, &["sh", "-c", PROBE])
-    };
+    let run = |env: &[&str]| ctr_run(&containerd, &w, env);
     let context = |what: &str| {
         format!(
             "{what}\nnvc log:\n{}\ncontainerd log:\n{}",
@@ -179,24 +181,7 @@ fn containerd17_ctr_runs_gpu_containers_through_nvc_runtime() {
         .import(&w.tarball, CTR_IMAGE)
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     let gpus = w.gpus();
-    let runtime = workspace_bin("nvc-runtime");
-    let run = |env: &[&str]| {
-        let mut opts: Vec<String> = vec![
-            "--runc-binary".into(),
-            runtime.display().to_string(),
-            "--mount".into(),
-            format!(
-                "type=bind,src={},dst=/run/fake-proc,options=rbind:ro",
-                w.fake.proc_root.display()
-            ),
-            "--env".into(),
-            "NVC_FAKE_PROC=/run/fake-proc".into(),
-        ];
-        for e in env {
-            opts.extend(["--env".to_string(), e.to_string()]);
-        }
-        containerd.run(&opts, CTR_IMAGE, &["sh", "-c", PROBE])
-    };
+    let run = |env: &[&str]| ctr_run(&containerd, &w, env);
     let context = |what: &str| {
         format!(
             "containerd 1.7: {what}\nnvc log:\n{}\ncontainerd log:\n{}",

@@ -90,15 +90,7 @@ fn docker26_runs_gpu_containers_through_nv_gpus_and_cdi() {
         serde_json::from_str(&std::fs::read_to_string(&daemon_json).unwrap()).unwrap();
     json["features"] = serde_json::json!({"cdi": true});
     std::fs::write(&daemon_json, json.to_string()).unwrap();
-    let cdi = w.path("cdi");
-    std::fs::create_dir_all(&cdi).unwrap();
-    let out = std::process::Command::new(workspace_bin("nvc"))
-        .args(["cdi", "generate", "--output"])
-        .arg(cdi.join("nvidia.yaml"))
-        .env("NVC_CONFIG", &w.config)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let cdi = w.cdi_spec_dir();
     let path = std::env::join_paths(
         std::iter::once(alias_dir).chain(std::env::split_paths(&nvc_tests::engine_path())),
     )

@@ -109,6 +109,20 @@ impl World {
         self.dir.path().join(name)
     }
 
+    /// A folder holding the CDI spec `nvc cdi generate` writes for this world's driver.
+    fn cdi_spec_dir(&self) -> PathBuf {
+        let cdi = self.path("cdi");
+        std::fs::create_dir_all(&cdi).unwrap();
+        let out = Command::new(workspace_bin("nvc"))
+            .args(["cdi", "generate", "--output"])
+            .arg(cdi.join("nvidia.yaml"))
+            .env("NVC_CONFIG", &self.config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nvc cdi generate: {out:?}");
+        cdi
+    }
+
     fn gpus(&self) -> Vec<FakeGpu> {
         let gpus: Vec<FakeGpu> = self
             .fake

@@ -99,15 +99,7 @@ fn podman5_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
     let version = root.version("podman");
     assert!(version.contains("podman version 5."), "{version}");
     // CDI: the spec nvc generates for this host, as podman's /etc/cdi.
-    let cdi = w.path("cdi");
-    std::fs::create_dir_all(&cdi).unwrap();
-    let out = std::process::Command::new(workspace_bin("nvc"))
-        .args(["cdi", "generate", "--output"])
-        .arg(cdi.join("nvidia.yaml"))
-        .env("NVC_CONFIG", &w.config)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let cdi = w.cdi_spec_dir();
     let hooks = podman_hooks_dir(&w);
     let bin_dir = workspace_bin("nvc-hook").parent().unwrap().to_path_buf();
     let podman = Podman::in_root(
