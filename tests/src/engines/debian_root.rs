@@ -12,11 +12,13 @@ use std::sync::{Mutex, OnceLock};
 
 use super::{run_command, EngineError};
 
-/// The Debian suite and the engines each root holds.
-const SUITES: &[(&str, &str)] = &[(
-    "trixie",
-    "podman,runc,crun,conmon,catatonit,docker.io,docker-cli,containerd,tini",
-)];
+/// The engines each root holds (with `uidmap`, whose `newuidmap` rootless podman needs).
+const PACKAGES: &str =
+    "podman,runc,crun,conmon,catatonit,uidmap,docker.io,docker-cli,containerd,tini";
+
+/// The Debian suites a root is made from, with the debootstrap script for each (this
+/// machine's debootstrap may predate the suite: `sid`'s script makes any newer one).
+const SUITES: &[(&str, &str)] = &[("trixie", "trixie"), ("forky", "sid")];
 
 /// The file in a root that names the packages it was made with.
 const MADE_WITH: &str = ".nvc-engine-root";
@@ -36,11 +38,15 @@ pub struct EngineRoot {
 /// Serializes the roots' creation: the tests of one binary run in parallel.
 static MAKING: Mutex<()> = Mutex::new(());
 
-/// The folder that holds the roots: `engine-roots` in the build folder (next to
-/// `debug`), so one build makes them once.
+/// The folder that holds the roots: `NVC_ENGINE_ROOTS` when set (several checkouts can
+/// share one), else `engine-roots` in the build folder (next to `debug`), so one build
+/// makes them once.
 fn roots_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("NVC_ENGINE_ROOTS").filter(|d| !d.is_empty()) {
+            return PathBuf::from(dir);
+        }
         let exe = std::env::current_exe().unwrap_or_default();
         // target/debug/deps/<test> → target
         exe.ancestors()
@@ -59,14 +65,28 @@ impl EngineRoot {
         EngineRoot::make("trixie")
     }
 
+    /// Debian 14 (forky): podman 5.8, Docker 28 with containerd 2.1, runc 1.3, crun 1.28.
+    /// Made on first use like [`EngineRoot::debian13`].
+    pub fn debian14() -> Result<EngineRoot, EngineError> {
+        EngineRoot::make("forky")
+    }
+
     fn make(suite: &'static str) -> Result<EngineRoot, EngineError> {
-        let packages = SUITES
+        let script = SUITES
             .iter()
             .find(|(s, _)| *s == suite)
-            .map(|(_, p)| *p)
-            .unwrap_or_default();
+            .map_or(suite, |(_, script)| *script);
+        let packages = PACKAGES;
         let path = roots_dir().join(suite);
         let _guard = MAKING.lock().unwrap_or_else(|e| e.into_inner());
+        // Test binaries of one run (and checkouts sharing `NVC_ENGINE_ROOTS`) run at once:
+        // one makes the root while the others wait on the lock file.
+        std::fs::create_dir_all(roots_dir())
+            .map_err(EngineError::io("create directory", roots_dir()))?;
+        let lock_path = roots_dir().join(format!(".{suite}.lock"));
+        let lock =
+            std::fs::File::create(&lock_path).map_err(EngineError::io("create", &lock_path))?;
+        lock.lock().map_err(EngineError::io("lock", &lock_path))?;
         let made_with = std::fs::read_to_string(path.join(MADE_WITH)).unwrap_or_default();
         if made_with.trim() == packages {
             return Ok(EngineRoot { path, suite });
@@ -81,7 +101,8 @@ impl EngineRoot {
         command
             .args(["--variant=minbase", &format!("--include={packages}"), suite])
             .arg(&partial)
-            .arg(MIRROR);
+            .arg(MIRROR)
+            .arg(format!("/usr/share/debootstrap/scripts/{script}"));
         let out = run_command(
             &mut command,
             &roots_dir(),
