@@ -34,7 +34,7 @@ pub use archive::oci_archive;
 pub use command::run_command;
 pub use containerd::Containerd;
 pub use daemon::remove_cgroups;
-pub use debian_root::EngineRoot;
+pub use debian_root::{EngineRoot, RootUser, RootView};
 pub use dockerd::Dockerd;
 pub use podman::Podman;
 

@@ -37,7 +37,8 @@ pub use devices::{
 };
 pub use engines::{
     engine_path, find_program, oci_archive, remove_cgroups, run_command, Containerd, Dockerd,
-    EngineError, EngineRoot, Podman, CGROUP_PREFIX, ENGINE_TIMEOUT, MASKED_DIRS, START_TIMEOUT,
+    EngineError, EngineRoot, Podman, RootUser, RootView, CGROUP_PREFIX, ENGINE_TIMEOUT,
+    MASKED_DIRS, START_TIMEOUT,
 };
 pub use error::FakeError;
 pub use harness::{

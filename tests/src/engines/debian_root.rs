@@ -26,6 +26,107 @@ const MADE_WITH: &str = ".nvc-engine-root";
 /// Where Debian's packages come from.
 const MIRROR: &str = "http://deb.debian.org/debian";
 
+/// The script `unshare` runs (see [`EngineRoot::command_in`]): binds, `pivot_root` into
+/// the root, and the user switch of a rootless engine.
+///
+/// `NVC_ENGINE_LEGACY_CGROUPS` hides the cgroup2 mount of a hybrid host
+/// (`/sys/fs/cgroup/unified`, beside the v1 controllers) from the namespace, which then
+/// sees what a host booted with systemd's legacy hierarchy shows: v1 controllers on a tmpfs
+/// and no cgroup2 mount. crun (1.21, 1.28) takes a tmpfs at `/sys/fs/cgroup` with cgroup2
+/// at `unified` for hybrid mode and refuses it unless that cgroup2 has no controller
+/// ("cgroups in hybrid mode not supported, drop all controllers from cgroupv2"); where
+/// the kernel leaves a controller unmounted in v1 (hugetlb here) it has one. The v1
+/// hierarchies, the device cgroup among them, stay as they are and are enforced as before.
+///
+/// `NVC_ENGINE_PLACED`: `PATH=HOST` pairs, the host file or folder bound over `PATH` of the
+/// root (a folder missing there is made, empty, in the shared root; a file must be there
+/// already). `NVC_ENGINE_UID`: the user the program runs as, after `/` is made shared (what
+/// systemd does; rootless podman warns otherwise) and its `XDG_RUNTIME_DIR` is made on the
+/// fresh `/run`, as logind makes it; that folder goes with the namespace, and with it
+/// rootless podman's pause process's pid file, which would name another process in the next
+/// command's PID namespace.
+const NAMESPACE_SCRIPT: &str = r#"set -e
+R=$NVC_ENGINE_ROOT
+mount --rbind "$R" "$R"
+mount -t proc proc "$R/proc"
+mount --rbind /sys "$R/sys"
+if [ -n "$NVC_ENGINE_LEGACY_CGROUPS" ] && mountpoint -q "$R/sys/fs/cgroup/unified"; then
+  umount -l "$R/sys/fs/cgroup/unified"
+fi
+mount --rbind /dev "$R/dev"
+mount -t tmpfs -o mode=0755 nvc-run "$R/run"
+mount -t tmpfs -o mode=1777 nvc-tmp "$R/tmp"
+for b in $NVC_ENGINE_BINDS; do mkdir -p "$R$b"; mount --rbind "$b" "$R$b"; done
+for p in $NVC_ENGINE_PLACED; do
+  at=${p%%=*}; host=${p#*=}
+  [ -f "$host" ] || mkdir -p "$R$at"
+  mount --bind "$host" "$R$at"
+done
+mkdir -p "$R/.oldroot"
+cd "$R"
+pivot_root . .oldroot
+cd /
+umount -l /.oldroot
+U=$NVC_ENGINE_UID
+unset NVC_ENGINE_ROOT NVC_ENGINE_BINDS NVC_ENGINE_PLACED NVC_ENGINE_LEGACY_CGROUPS NVC_ENGINE_UID
+if [ -n "$U" ]; then
+  mount --make-rshared /
+  install -d -m 0700 -o "$U" -g "$U" "$XDG_RUNTIME_DIR"
+  exec setpriv --reuid="$U" --regid="$U" --init-groups -- "$@"
+fi
+exec "$@""#;
+
+/// The first of the subordinate uids and gids of a [`RootUser`] (65536 of them).
+pub const SUBORDINATE_START: u32 = 200_000;
+
+/// What a command run in a root sees besides the root's own files
+/// ([`EngineRoot::command_in`]).
+#[derive(Debug, Clone, Default)]
+pub struct RootView {
+    /// Host folders (absolute) bound at the same paths.
+    pub binds: Vec<PathBuf>,
+    /// Host files and folders bound over paths of the root: (host path, path in the root).
+    pub placed: Vec<(PathBuf, PathBuf)>,
+    /// On a hybrid cgroup host, hide the cgroup2 mount: only the v1 controllers are seen,
+    /// as on a host with systemd's legacy hierarchy (see [`NAMESPACE_SCRIPT`] for why
+    /// crun needs it).
+    pub legacy_cgroups: bool,
+    /// Run the program as this user instead of root: a rootless engine.
+    pub user: Option<RootUser>,
+}
+
+/// A user of a root for rootless engines, known to the commands run as it alone: the root's
+/// shared files are not changed, the commands see copies of its `/etc/passwd`, `group`,
+/// `subuid` and `subgid` with the user added, from a folder of the test's.
+#[derive(Debug, Clone)]
+pub struct RootUser {
+    /// The login name.
+    pub name: String,
+    /// Its uid, also its gid.
+    pub uid: u32,
+    /// Its home, a folder it owns.
+    pub home: PathBuf,
+    /// The folder of the copied files.
+    etc: PathBuf,
+}
+
+/// The files of the root a [`RootUser`] is added to.
+const USER_FILES: [&str; 4] = ["passwd", "group", "subuid", "subgid"];
+
+impl RootUser {
+    /// `XDG_RUNTIME_DIR` in the namespace, where logind would make it.
+    pub fn runtime_dir(&self) -> PathBuf {
+        PathBuf::from(format!("/run/user/{}", self.uid))
+    }
+
+    /// The copies and where they go: (host file, path in the root).
+    fn files(&self) -> impl Iterator<Item = (PathBuf, PathBuf)> + '_ {
+        USER_FILES
+            .iter()
+            .map(|f| (self.etc.join(f), Path::new("/etc").join(f)))
+    }
+}
+
 /// A Debian root with engines, made by debootstrap.
 #[derive(Debug, Clone)]
 pub struct EngineRoot {
@@ -119,9 +220,33 @@ impl EngineRoot {
     /// absolute) at the same paths there, and `/etc/cdi` the host folder `cdi` when given.
     /// Add the program's arguments to the command.
     pub fn command(&self, program: &str, binds: &[&Path], cdi: Option<&Path>) -> Command {
-        let binds: Vec<String> = binds
+        let mut view = RootView {
+            binds: binds.iter().map(|b| b.to_path_buf()).collect(),
+            ..RootView::default()
+        };
+        if let Some(cdi) = cdi {
+            view.placed
+                .push((cdi.to_path_buf(), PathBuf::from("/etc/cdi")));
+        }
+        self.command_in(program, &view)
+    }
+
+    /// `unshare` running `program ARGS...` inside the root as `view` says: in its own
+    /// mount and PID namespaces whose root is the root folder (`pivot_root`), with the
+    /// host's `/proc`, `/sys`, `/dev`, a fresh `/run` and `/tmp`. Add the program's
+    /// arguments to the command.
+    pub fn command_in(&self, program: &str, view: &RootView) -> Command {
+        let binds: Vec<String> = view
+            .binds
             .iter()
             .map(|b| b.to_string_lossy().into_owned())
+            .collect();
+        let placed: Vec<String> = view
+            .placed
+            .iter()
+            .cloned()
+            .chain(view.user.iter().flat_map(RootUser::files))
+            .map(|(host, at)| format!("{}={}", at.display(), host.display()))
             .collect();
         let mut command = Command::new("unshare");
         command
@@ -135,31 +260,74 @@ impl EngineRoot {
                 "--",
                 "sh",
                 "-c",
-                r#"set -e
-R=$NVC_ENGINE_ROOT
-mount --rbind "$R" "$R"
-mount -t proc proc "$R/proc"
-mount --rbind /sys "$R/sys"
-mount --rbind /dev "$R/dev"
-mount -t tmpfs -o mode=0755 nvc-run "$R/run"
-mount -t tmpfs -o mode=1777 nvc-tmp "$R/tmp"
-for b in $NVC_ENGINE_BINDS; do mkdir -p "$R$b"; mount --rbind "$b" "$R$b"; done
-if [ -n "$NVC_ENGINE_CDI" ]; then mkdir -p "$R/etc/cdi"; mount --bind "$NVC_ENGINE_CDI" "$R/etc/cdi"; fi
-mkdir -p "$R/.oldroot"
-cd "$R"
-pivot_root . .oldroot
-cd /
-umount -l /.oldroot
-unset NVC_ENGINE_ROOT NVC_ENGINE_BINDS NVC_ENGINE_CDI
-exec "$@""#,
+                NAMESPACE_SCRIPT,
                 "sh",
                 program,
             ])
             .env("NVC_ENGINE_ROOT", &self.path)
             .env("NVC_ENGINE_BINDS", binds.join(" "))
-            .env("NVC_ENGINE_CDI", cdi.map(Path::as_os_str).unwrap_or_default())
-            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+            .env("NVC_ENGINE_PLACED", placed.join(" "))
+            .env(
+                "NVC_ENGINE_LEGACY_CGROUPS",
+                if view.legacy_cgroups { "1" } else { "" },
+            )
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            );
+        match &view.user {
+            Some(user) => {
+                command
+                    .env("NVC_ENGINE_UID", user.uid.to_string())
+                    .env("HOME", &user.home)
+                    .env("USER", &user.name)
+                    .env("LOGNAME", &user.name)
+                    .env("XDG_RUNTIME_DIR", user.runtime_dir());
+            }
+            None => {
+                command.env("NVC_ENGINE_UID", "");
+            }
+        }
         command
+    }
+
+    /// A user `name` with uid and gid `uid` and the subordinate ids from
+    /// [`SUBORDINATE_START`], for the commands whose [`RootView`] names it; its files and home
+    /// are made under `dir`.
+    pub fn user(&self, dir: &Path, name: &str, uid: u32) -> Result<RootUser, EngineError> {
+        let etc = super::mkdirs(&dir.join("etc"))?;
+        let home = super::mkdirs(&dir.join("home"))?;
+        std::os::unix::fs::chown(&home, Some(uid), Some(uid))
+            .map_err(EngineError::io("change the owner of", &home))?;
+        let added = [
+            format!(
+                "{name}:x:{uid}:{uid}:rootless engine user:{}:/bin/sh",
+                home.display()
+            ),
+            format!("{name}:x:{uid}:"),
+            format!("{name}:{SUBORDINATE_START}:65536"),
+            format!("{name}:{SUBORDINATE_START}:65536"),
+        ];
+        for (file, line) in USER_FILES.iter().zip(added) {
+            // A file of the root must be there to be bound over.
+            let original = self.path.join("etc").join(file);
+            let text =
+                std::fs::read_to_string(&original).map_err(EngineError::io("read", &original))?;
+            let copy = etc.join(file);
+            let sep = if text.is_empty() || text.ends_with('\n') {
+                ""
+            } else {
+                "\n"
+            };
+            std::fs::write(&copy, format!("{text}{sep}{line}\n"))
+                .map_err(EngineError::io("write", &copy))?;
+        }
+        Ok(RootUser {
+            name: name.to_string(),
+            uid,
+            home,
+            etc,
+        })
     }
 
     /// What `program --version` says inside the root (its first line).

@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 use crate::Outcome;
 
 use super::daemon::{cgroup_name, isolated, remove_cgroups};
-use super::debian_root::EngineRoot;
+use super::debian_root::{EngineRoot, RootUser, RootView};
 use super::{engine_path, find_program, mkdirs, run_command, EngineError, ENGINE_TIMEOUT};
 
 /// `podman` with private storage: `--root`, `--runroot`, `--tmpdir` under its directory,
 /// vfs, cgroupfs, events to a file, runc, `--hooks-dir` the given folder. Every command runs
 /// in its own namespaces (see `isolated`), so conmon and anything else it leaves behind
-/// ends with it; containers run under their own cgroup parent.
+/// ends with it; containers run under their own cgroup parent. A newer Debian's podman runs
+/// in its root ([`Podman::in_root`]), as root or as a user ([`Podman::rootless`]).
 #[derive(Debug)]
 pub struct Podman {
     /// Its directory.
@@ -23,10 +24,8 @@ pub struct Podman {
     pub cgroup_parent: String,
     program: PathBuf,
     runc: PathBuf,
-    /// A newer Debian's podman: its root, and the host folders bound into it.
-    root: Option<(EngineRoot, Vec<PathBuf>)>,
-    /// The host folder that is `/etc/cdi` in the root.
-    cdi_dir: Option<PathBuf>,
+    /// A newer Debian's podman: its root, and what its commands see there.
+    root: Option<(EngineRoot, RootView)>,
 }
 
 impl Podman {
@@ -47,13 +46,13 @@ impl Podman {
             program,
             runc,
             root: None,
-            cdi_dir: None,
         })
     }
 
-    /// The podman of `root` (a newer Debian's) with its `runtime` (`runc` or `crun`),
-    /// keeping everything under `dir`, with the OCI hooks of `hooks_dir`; `binds`: the
-    /// host folders it must see (the test's folder, nvc's binaries), at the same paths.
+    /// The podman of `root` (a newer Debian's) with `runtime`: the root's `runc` or `crun`
+    /// by name, or an absolute path (nvc-runtime among `binds`); keeping everything under
+    /// `dir`, with the OCI hooks of `hooks_dir`; `binds`: the host folders it must see (the
+    /// test's folder, nvc's binaries), at the same paths.
     pub fn in_root(
         root: &EngineRoot,
         runtime: &str,
@@ -65,6 +64,10 @@ impl Podman {
         for sub in ["root", "runroot", "tmp", "io"] {
             mkdirs(&dir.join(sub))?;
         }
+        let view = RootView {
+            binds: binds.iter().map(|b| b.to_path_buf()).collect(),
+            ..RootView::default()
+        };
         Ok(Podman {
             hooks_dir: std::path::absolute(hooks_dir)
                 .map_err(EngineError::io("make absolute", hooks_dir))?,
@@ -72,31 +75,57 @@ impl Podman {
             cgroup_parent: cgroup_name("podman"),
             program: PathBuf::from("/usr/bin/podman"),
             runc: Path::new("/usr/bin").join(runtime),
-            root: Some((
-                root.clone(),
-                binds.iter().map(|b| b.to_path_buf()).collect(),
-            )),
-            cdi_dir: None,
+            root: Some((root.clone(), view)),
         })
     }
 
     /// Podman in a root reading its CDI specs (`/etc/cdi`) from the host folder `dir`.
-    pub fn with_cdi_dir(mut self, dir: &Path) -> Podman {
-        self.cdi_dir = Some(dir.to_path_buf());
+    pub fn with_cdi_dir(self, dir: &Path) -> Podman {
+        self.with_bind_at(dir, Path::new("/etc/cdi"))
+    }
+
+    /// Podman in a root seeing the host file or folder `host` at `path` (e.g. nvc's config
+    /// folder at `/etc/nvc`, where nvc-runtime reads it).
+    pub fn with_bind_at(mut self, host: &Path, path: &Path) -> Podman {
+        if let Some((_, view)) = &mut self.root {
+            view.placed.push((host.to_path_buf(), path.to_path_buf()));
+        }
         self
+    }
+
+    /// Podman in a root on a hybrid cgroup host seeing the v1 controllers alone, as on a
+    /// host with systemd's legacy hierarchy: what crun needs here (see `RootView`).
+    pub fn with_legacy_cgroups(mut self) -> Podman {
+        if let Some((_, view)) = &mut self.root {
+            view.legacy_cgroups = true;
+        }
+        self
+    }
+
+    /// Rootless podman in a root: every command runs as `user`, who is given this
+    /// podman's folder. Its `--tmpdir` is podman's default, in the user's
+    /// `XDG_RUNTIME_DIR`, where podman makes it (it keeps the rootless pause process's pid
+    /// file there too). Containers get no `--cgroup-parent`: a user cannot make v1 cgroups,
+    /// and rootless podman on cgroup v1 runs its containers in none of their own.
+    pub fn rootless(mut self, user: &RootUser) -> Result<Podman, EngineError> {
+        chown_tree(&self.dir, user.uid)?;
+        if let Some((_, view)) = &mut self.root {
+            view.user = Some(user.clone());
+        }
+        Ok(self)
+    }
+
+    /// The user a rootless podman runs as.
+    pub fn user(&self) -> Option<&RootUser> {
+        self.root.as_ref().and_then(|(_, view)| view.user.as_ref())
     }
 
     /// `podman <global flags> ARGS`, with [`ENGINE_TIMEOUT`].
     pub fn podman<S: AsRef<OsStr>>(&self, args: &[S]) -> Outcome {
         let mut command = match &self.root {
             None => isolated(&self.program),
-            Some((root, binds)) => {
-                let binds: Vec<&Path> = binds.iter().map(PathBuf::as_path).collect();
-                let mut command = root.command(
-                    &self.program.to_string_lossy(),
-                    &binds,
-                    self.cdi_dir.as_deref(),
-                );
+            Some((root, view)) => {
+                let mut command = root.command_in(&self.program.to_string_lossy(), view);
                 command.env("PODMAN_IGNORE_CGROUPSV1_WARNING", "1");
                 command
             }
@@ -105,9 +134,11 @@ impl Podman {
             .arg("--root")
             .arg(self.dir.join("root"))
             .arg("--runroot")
-            .arg(self.dir.join("runroot"))
-            .arg("--tmpdir")
-            .arg(self.dir.join("tmp"))
+            .arg(self.dir.join("runroot"));
+        if self.user().is_none() {
+            command.arg("--tmpdir").arg(self.dir.join("tmp"));
+        }
+        command
             .args([
                 "--storage-driver",
                 "vfs",
@@ -138,12 +169,15 @@ impl Podman {
     /// `podman run --rm --network none --cgroup-parent <parent> --ulimit nofile=1024:1024
     /// --ulimit nproc=1024:1024 OPTIONS IMAGE COMMAND...`. The explicit limits: podman's
     /// defaults (1048576 open files) are above the hard limits of many CI containers, and
-    /// runc then fails with "error setting rlimit type 7".
+    /// runc then fails with "error setting rlimit type 7". Rootless: no `--cgroup-parent`.
     pub fn run<S: AsRef<OsStr>>(&self, options: &[S], image: &str, command: &[&str]) -> Outcome {
-        let mut args: Vec<OsString> = ["run", "--rm", "--network", "none", "--cgroup-parent"]
+        let mut args: Vec<OsString> = ["run", "--rm", "--network", "none"]
             .map(OsString::from)
             .to_vec();
-        args.push(format!("/{}", self.cgroup_parent).into());
+        if self.user().is_none() {
+            args.push("--cgroup-parent".into());
+            args.push(format!("/{}", self.cgroup_parent).into());
+        }
         args.extend(
             [
                 "--ulimit",
@@ -158,6 +192,19 @@ impl Podman {
         args.extend(command.iter().map(OsString::from));
         self.podman(&args)
     }
+}
+
+/// Gives `dir` and everything under it to `uid` (and the group of the same id).
+fn chown_tree(dir: &Path, uid: u32) -> Result<(), EngineError> {
+    std::os::unix::fs::lchown(dir, Some(uid), Some(uid))
+        .map_err(EngineError::io("change the owner of", dir))?;
+    if dir.is_dir() && !dir.is_symlink() {
+        for entry in std::fs::read_dir(dir).map_err(EngineError::io("read directory", dir))? {
+            let entry = entry.map_err(EngineError::io("read directory", dir))?;
+            chown_tree(&entry.path(), uid)?;
+        }
+    }
+    Ok(())
 }
 
 impl Drop for Podman {

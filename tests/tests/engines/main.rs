@@ -29,9 +29,11 @@ use libnvc::report::error_chain;
 
 mod configure;
 mod containerd;
+mod crun;
 mod deb;
 mod docker;
 mod podman;
+mod rootless;
 
 /// Prints each `/dev/nvidia*` node as `node PATH MAJ:MIN` (hex), then tries to open GPU
 /// minors 0-7 and nvidiactl through nodes it makes itself, printing `open 195:M <errno

@@ -1,21 +1,24 @@
 //! GPU containers through podman, with nvc-hook from a hooks.d folder that
-//! `nvc runtime configure --runtime podman` writes.
+//! `nvc runtime configure --runtime podman` writes, and CDI: Debian 12's Podman 4.3, and
+//! Podman 5 from newer Debian roots with runc. The checks every podman 5 passes are
+//! [`assert_podman5_gpu_containers`]; `crun.rs` runs them with crun (and nvc-runtime over
+//! crun), `rootless.rs` with rootless podman.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use libnvc::report::error_chain;
-use nvc_tests::{workspace_bin, EngineRoot, Podman};
+use nvc_tests::{workspace_bin, EngineRoot, FakeGpu, Outcome, Podman};
 
 use super::{
-    assert_gpus, assert_gpus_with, assert_refused, assert_untouched, nvc_configure, World, IMAGE,
-    PROBE,
+    assert_gpus, assert_gpus_with, assert_refused, assert_untouched, nvc_configure, rootless,
+    World, IMAGE, PROBE,
 };
 
 /// `<hooks>/oci-nvc-hook.json`: written by `nvc runtime configure --runtime podman` for the
 /// workspace's nvc-hook, plus `NVC_CONFIG` in the hook's environment (the test's config is
 /// not /etc/nvc/config.toml).
-fn podman_hooks_dir(w: &World) -> PathBuf {
+pub(super) fn podman_hooks_dir(w: &World) -> PathBuf {
     let dir = w.path("hooks.d");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("oci-nvc-hook.json");
@@ -88,68 +91,139 @@ fn podman_runs_nvc_hook_from_its_hooks_dir() {
     w.assert_clean(&[cgroup]);
 }
 
-/// Debian 13's Podman 5.4 with runc 1.1.15, from a root of their own (see
-/// `nvc_tests::EngineRoot`): nvc-hook from the hooks.d file, and CDI with the spec
-/// `nvc cdi generate` writes, by index and by the UUID NVIDIA's device plugin names GPUs
-/// by. (Its crun 1.21 refuses this machine's hybrid cgroups; it runs where cgroups are v2.)
-#[test]
-fn podman5_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
-    let w = World::new();
-    let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
-    let version = root.version("podman");
-    assert!(version.contains("podman version 5."), "{version}");
-    // CDI: the spec nvc generates for this host, as podman's /etc/cdi.
+/// A newer Debian's podman with `runtime` (see `Podman::in_root`), the OCI hooks of
+/// `hooks` and the CDI spec `nvc cdi generate` writes as its `/etc/cdi`; the test image is
+/// imported by [`assert_podman5_gpu_containers`].
+pub(super) fn podman5(w: &World, root: &EngineRoot, runtime: &str, hooks: &Path) -> Podman {
     let cdi = w.cdi_spec_dir();
-    let hooks = podman_hooks_dir(&w);
     let bin_dir = workspace_bin("nvc-hook").parent().unwrap().to_path_buf();
-    let podman = Podman::in_root(
-        &root,
-        "runc",
+    Podman::in_root(
+        root,
+        runtime,
         &w.path("podman5"),
-        &hooks,
+        hooks,
         &[w.dir.path(), &bin_dir],
     )
     .unwrap_or_else(|e| panic!("{}", error_chain(&e)))
-    .with_cdi_dir(&cdi);
+    .with_cdi_dir(&cdi)
+}
+
+/// What `program --version` says in `root`, which must contain `want`.
+pub(super) fn version_in(root: &EngineRoot, program: &str, want: &str) -> String {
+    let version = root.version(program);
+    assert!(
+        version.contains(want),
+        "{program} in {}: {version}",
+        root.suite
+    );
+    version
+}
+
+/// Where the user reads why nvc refused a container.
+pub(super) enum Refusal {
+    /// In podman's error: runc passes the hook's stderr on, nvc-runtime prints its own.
+    OnStderr,
+    /// crun sends a hook's stdout and stderr to /dev/null (unless the container's
+    /// `run.oci.hooks.stderr` annotation names a file): podman's error names the hook that
+    /// failed, and nvc's reason is in nvc's log.
+    InLog,
+}
+
+/// The checks every podman 5 here passes, whatever runs its containers (runc, crun,
+/// nvc-runtime; as root or rootless): GPU containers asked for by `NVIDIA_VISIBLE_DEVICES`
+/// (`all` and `1`: nvc-hook from hooks.d, or nvc-runtime) and by CDI, by index and by the
+/// UUID NVIDIA's device plugin names GPUs by, a container without a request that gets
+/// nothing, and a bad request that does not start, with nvc's reason where `refusal` says.
+/// Then `podman` is
+/// stopped and nothing of the test may be left.
+pub(super) fn assert_podman5_gpu_containers(
+    w: &World,
+    podman: Podman,
+    refusal: Refusal,
+    label: &str,
+) {
     podman
         .import(&w.tarball, IMAGE)
-        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+        .unwrap_or_else(|e| panic!("{label}: {}", error_chain(&e)));
     let gpus = w.gpus();
+    let rootless = podman.user().is_some();
+    let probe = if rootless {
+        format!("{} {PROBE}", rootless::OPEN_NODES)
+    } else {
+        PROBE.to_string()
+    };
     let run = |opts: &[&str]| {
+        // Podman's default capabilities lack CAP_MKNOD, which PROBE's device cgroup check
+        // uses.
         let mut all: Vec<String> = vec!["--cap-add".into(), "MKNOD".into()];
         all.extend(w.fake_proc_flags());
         all.extend(opts.iter().map(|o| o.to_string()));
-        podman.run(&all, IMAGE, &["sh", "-c", PROBE])
+        podman.run(&all, IMAGE, &["sh", "-c", &probe])
     };
-    let context = |what: &str| format!("podman 5 ({version}): {what}\nnvc log:\n{}", w.nvc_log());
+    let context = |what: &str| format!("{label}: {what}\nnvc log:\n{}", w.nvc_log());
+    let assert_sees = |out: &Outcome, gpus: &[FakeGpu], more: &[&str], what: &str| {
+        if rootless {
+            rootless::assert_gpus_bound(out, gpus, more, &context(what));
+        } else {
+            assert_gpus_with(out, gpus, more, &context(what));
+        }
+    };
 
-    assert_gpus(
-        &run(&["-e", "NVIDIA_VISIBLE_DEVICES=all"]),
-        &gpus,
-        &context("hooks.d, NVIDIA_VISIBLE_DEVICES=all"),
-    );
+    let all = run(&["-e", "NVIDIA_VISIBLE_DEVICES=all"]);
+    assert_sees(&all, &gpus, &[], "NVIDIA_VISIBLE_DEVICES=all");
+    let one = run(&["-e", "NVIDIA_VISIBLE_DEVICES=1"]);
+    assert_sees(&one, &gpus[1..2], &[], "NVIDIA_VISIBLE_DEVICES=1");
     let modeset = ["/dev/nvidia-modeset 195:254"];
-    assert_gpus_with(
-        &run(&["--device", "nvidia.com/gpu=1"]),
-        &gpus[1..2],
-        &modeset,
-        &context("CDI nvidia.com/gpu=1"),
-    );
+    let first = run(&["--device", "nvidia.com/gpu=0"]);
+    assert_sees(&first, &gpus[0..1], &modeset, "CDI nvidia.com/gpu=0");
     let by_uuid = format!("nvidia.com/gpu={}", gpus[2].uuid);
-    assert_gpus_with(
-        &run(&["--device", &by_uuid]),
-        &gpus[2..3],
-        &modeset,
-        &context(&format!("CDI {by_uuid}")),
-    );
-    assert_untouched(&run(&[]), "podman 5 without a GPU request");
-    assert_refused(
-        &run(&["-e", "NVIDIA_VISIBLE_DEVICES=7"]),
-        "GPU index 7 does not exist",
-        "podman 5 NVIDIA_VISIBLE_DEVICES=7",
-    );
+    let third = run(&["--device", &by_uuid]);
+    assert_sees(&third, &gpus[2..3], &modeset, &format!("CDI {by_uuid}"));
+    assert_untouched(&run(&[]), &format!("{label}: without a GPU request"));
+    let bad = run(&["-e", "NVIDIA_VISIBLE_DEVICES=7"]);
+    let reason = "GPU index 7 does not exist";
+    let what = format!("{label}: NVIDIA_VISIBLE_DEVICES=7");
+    match refusal {
+        Refusal::OnStderr => assert_refused(&bad, reason, &what),
+        Refusal::InLog => {
+            assert_refused(&bad, "error executing hook", &what);
+            assert!(bad.stderr.contains("nvc-hook"), "{what}: {bad:?}");
+            let log = w.nvc_log();
+            assert!(log.contains(reason), "{what}: not in nvc's log:\n{log}");
+        }
+    }
 
     let cgroup = podman.cgroup_parent.clone();
     drop(podman);
     w.assert_clean(&[cgroup]);
+}
+
+/// Debian 13's Podman 5.4 with runc 1.1.15, from a root of their own (see
+/// `nvc_tests::EngineRoot`), on this machine's hybrid cgroups: the checks of
+/// [`assert_podman5_gpu_containers`]. (Its crun: `crun.rs`.)
+#[test]
+fn podman5_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
+    let w = World::new();
+    let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let label = format!(
+        "{} with {}",
+        version_in(&root, "podman", "podman version 5.4."),
+        version_in(&root, "runc", "runc version 1.1.")
+    );
+    let podman = podman5(&w, &root, "runc", &podman_hooks_dir(&w));
+    assert_podman5_gpu_containers(&w, podman, Refusal::OnStderr, &label);
+}
+
+/// Debian 14's Podman 5.8 with runc 1.3, the same way.
+#[test]
+fn podman58_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
+    let w = World::new();
+    let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let label = format!(
+        "{} with {}",
+        version_in(&root, "podman", "podman version 5.8."),
+        version_in(&root, "runc", "runc version 1.3.")
+    );
+    let podman = podman5(&w, &root, "runc", &podman_hooks_dir(&w));
+    assert_podman5_gpu_containers(&w, podman, Refusal::OnStderr, &label);
 }
