@@ -38,6 +38,11 @@ const MIRROR: &str = "http://deb.debian.org/debian";
 /// the kernel leaves a controller unmounted in v1 (hugetlb here) it has one. The v1
 /// hierarchies, the device cgroup among them, stay as they are and are enforced as before.
 ///
+/// `NVC_ENGINE_DEV_NODES`: a host folder of device nodes copied into the namespace's `/dev`,
+/// itself a copy of the host's on a tmpfs (with the host's `pts`, `shm` and `mqueue`
+/// mounts): the fake driver's nodes, where a host with the driver has them. The host's
+/// `/dev` is not changed.
+///
 /// `NVC_ENGINE_PLACED`: `PATH=HOST` pairs, the host file or folder bound over `PATH` of the
 /// root (a folder missing there is made, empty, in the shared root; a file must be there
 /// already). `NVC_ENGINE_UID`: the user the program runs as, after `/` is made shared (what
@@ -53,7 +58,16 @@ mount --rbind /sys "$R/sys"
 if [ -n "$NVC_ENGINE_LEGACY_CGROUPS" ] && mountpoint -q "$R/sys/fs/cgroup/unified"; then
   umount -l "$R/sys/fs/cgroup/unified"
 fi
-mount --rbind /dev "$R/dev"
+if [ -n "$NVC_ENGINE_DEV_NODES" ]; then
+  mount -t tmpfs -o mode=0755,nosuid nvc-dev "$R/dev"
+  cp -ax /dev/. "$R/dev/"
+  for m in pts shm mqueue hugepages; do
+    if mountpoint -q "/dev/$m"; then mount --rbind "/dev/$m" "$R/dev/$m"; fi
+  done
+  cp -a "$NVC_ENGINE_DEV_NODES/." "$R/dev/"
+else
+  mount --rbind /dev "$R/dev"
+fi
 mount -t tmpfs -o mode=0755 nvc-run "$R/run"
 mount -t tmpfs -o mode=1777 nvc-tmp "$R/tmp"
 for b in $NVC_ENGINE_BINDS; do mkdir -p "$R$b"; mount --rbind "$b" "$R$b"; done
@@ -68,7 +82,8 @@ pivot_root . .oldroot
 cd /
 umount -l /.oldroot
 U=$NVC_ENGINE_UID
-unset NVC_ENGINE_ROOT NVC_ENGINE_BINDS NVC_ENGINE_PLACED NVC_ENGINE_LEGACY_CGROUPS NVC_ENGINE_UID
+unset NVC_ENGINE_ROOT NVC_ENGINE_BINDS NVC_ENGINE_PLACED NVC_ENGINE_LEGACY_CGROUPS NVC_ENGINE_UID \
+  NVC_ENGINE_DEV_NODES
 if [ -n "$U" ]; then
   mount --make-rshared /
   install -d -m 0700 -o "$U" -g "$U" "$XDG_RUNTIME_DIR"
@@ -93,6 +108,11 @@ pub struct RootView {
     pub legacy_cgroups: bool,
     /// Run the program as this user instead of root: a rootless engine.
     pub user: Option<RootUser>,
+    /// A host folder of device nodes (the fake driver's `dev`) that `/dev` has too, as the
+    /// driver's nodes are in a real host's `/dev`: a rootless runtime cannot make a device
+    /// node and binds the spec's `linux.devices` from their paths there instead (runc,
+    /// crun), which is how CDI devices reach a rootless container.
+    pub dev_nodes: Option<PathBuf>,
 }
 
 /// A user of a root for rootless engines, known to the commands run as it alone: the root's
@@ -267,6 +287,10 @@ impl EngineRoot {
             .env("NVC_ENGINE_ROOT", &self.path)
             .env("NVC_ENGINE_BINDS", binds.join(" "))
             .env("NVC_ENGINE_PLACED", placed.join(" "))
+            .env(
+                "NVC_ENGINE_DEV_NODES",
+                view.dev_nodes.as_deref().unwrap_or(Path::new("")),
+            )
             .env(
                 "NVC_ENGINE_LEGACY_CGROUPS",
                 if view.legacy_cgroups { "1" } else { "" },

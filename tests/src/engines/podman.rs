@@ -102,6 +102,15 @@ impl Podman {
         self
     }
 
+    /// Podman in a root whose `/dev` also has the device nodes of the host folder `dir`
+    /// (see `RootView::dev_nodes`).
+    pub fn with_dev_nodes(mut self, dir: &Path) -> Podman {
+        if let Some((_, view)) = &mut self.root {
+            view.dev_nodes = Some(dir.to_path_buf());
+        }
+        self
+    }
+
     /// Rootless podman in a root: every command runs as `user`, who is given this
     /// podman's folder. Its `--tmpdir` is podman's default, in the user's
     /// `XDG_RUNTIME_DIR`, where podman makes it (it keeps the rootless pause process's pid

@@ -2,6 +2,9 @@
 //! 14's crun 1.28 under Podman 5.8, with nvc-hook from hooks.d and with CDI, and crun as
 //! the real runtime of nvc-runtime.
 //!
+//! Rootless podman with crun is here too (see `rootless.rs` for what a rootless container
+//! can be asked).
+//!
 //! crun refuses this machine's hybrid cgroups (v1 controllers, and a cgroup2 mount at
 //! `/sys/fs/cgroup/unified` that holds the hugetlb controller): "cgroups in hybrid mode not
 //! supported, drop all controllers from cgroupv2". Its engines therefore run with the
@@ -11,37 +14,27 @@
 
 use std::path::Path;
 
-use libnvc::report::error_chain;
-use nvc_tests::{workspace_bin, EngineRoot};
+use nvc_tests::workspace_bin;
 
 use super::podman::{
-    assert_podman5_gpu_containers, podman5, podman_hooks_dir, version_in, Refusal,
+    assert_podman5_gpu_containers, check_podman5, podman5, Refusal, User, DEBIAN13, DEBIAN14,
 };
 use super::World;
 
-/// `root`'s podman (whose version has `podman`) with its crun (`crun`), nvc-hook from
-/// hooks.d and nvc's CDI spec: the checks of [`assert_podman5_gpu_containers`].
-fn crun_under_podman(root: &EngineRoot, podman: &str, crun: &str) {
-    let w = World::new();
-    let label = format!(
-        "{} with {}",
-        version_in(root, "podman", podman),
-        version_in(root, "crun", crun)
-    );
-    let engine = podman5(&w, root, "crun", &podman_hooks_dir(&w)).with_legacy_cgroups();
-    assert_podman5_gpu_containers(&w, engine, Refusal::InLog, &label);
-}
-
 #[test]
 fn podman5_with_crun_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
-    let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
-    crun_under_podman(&root, "podman version 5.4.", "crun version 1.21");
+    check_podman5(&DEBIAN13, "crun", User::Root);
 }
 
 #[test]
 fn podman58_with_crun_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
-    let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
-    crun_under_podman(&root, "podman version 5.8.", "crun version 1.28");
+    check_podman5(&DEBIAN14, "crun", User::Root);
+}
+
+/// Rootless podman (see `rootless.rs`) with crun, Debian's default runtime for podman.
+#[test]
+fn rootless_podman58_with_crun_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
+    check_podman5(&DEBIAN14, "crun", User::Rootless);
 }
 
 /// Podman 5.8 running nvc-runtime (`--runtime`), whose config, at the path a user's is
@@ -53,12 +46,10 @@ fn podman58_with_crun_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
 #[test]
 fn nvc_runtime_runs_gpu_containers_with_crun_under_podman58() {
     let w = World::new();
-    let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
-    let label = format!(
-        "{} with nvc-runtime over {}",
-        version_in(&root, "podman", "podman version 5.8."),
-        version_in(&root, "crun", "crun version 1.28")
-    );
+    let root = DEBIAN14.root();
+    let label = DEBIAN14
+        .label(&root, "crun")
+        .replace(" with ", " with nvc-runtime over ");
     let etc_nvc = w.path("etc-nvc");
     std::fs::create_dir_all(&etc_nvc).unwrap();
     let text = std::fs::read_to_string(&w.config).unwrap();
@@ -71,6 +62,7 @@ fn nvc_runtime_runs_gpu_containers_with_crun_under_podman58() {
     let no_hooks = w.path("no-hooks.d");
     std::fs::create_dir_all(&no_hooks).unwrap();
 
+    // What crun needs here (see `podman5`); podman's runtime is nvc-runtime.
     let engine = podman5(
         &w,
         &root,

@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use libnvc::report::error_chain;
-use nvc_tests::{workspace_bin, EngineRoot, FakeGpu, Outcome, Podman};
+use nvc_tests::{workspace_bin, EngineError, EngineRoot, FakeGpu, Outcome, Podman};
 
 use super::{
     assert_gpus, assert_gpus_with, assert_refused, assert_untouched, nvc_configure, rootless,
@@ -93,11 +93,12 @@ fn podman_runs_nvc_hook_from_its_hooks_dir() {
 
 /// A newer Debian's podman with `runtime` (see `Podman::in_root`), the OCI hooks of
 /// `hooks` and the CDI spec `nvc cdi generate` writes as its `/etc/cdi`; the test image is
-/// imported by [`assert_podman5_gpu_containers`].
+/// imported by [`assert_podman5_gpu_containers`]. crun runs on the legacy cgroup view of
+/// this hybrid host, the only one it takes (see `crun.rs`).
 pub(super) fn podman5(w: &World, root: &EngineRoot, runtime: &str, hooks: &Path) -> Podman {
     let cdi = w.cdi_spec_dir();
     let bin_dir = workspace_bin("nvc-hook").parent().unwrap().to_path_buf();
-    Podman::in_root(
+    let podman = Podman::in_root(
         root,
         runtime,
         &w.path("podman5"),
@@ -105,11 +106,16 @@ pub(super) fn podman5(w: &World, root: &EngineRoot, runtime: &str, hooks: &Path)
         &[w.dir.path(), &bin_dir],
     )
     .unwrap_or_else(|e| panic!("{}", error_chain(&e)))
-    .with_cdi_dir(&cdi)
+    .with_cdi_dir(&cdi);
+    if runtime == "crun" {
+        podman.with_legacy_cgroups()
+    } else {
+        podman
+    }
 }
 
 /// What `program --version` says in `root`, which must contain `want`.
-pub(super) fn version_in(root: &EngineRoot, program: &str, want: &str) -> String {
+fn version_in(root: &EngineRoot, program: &str, want: &str) -> String {
     let version = root.version(program);
     assert!(
         version.contains(want),
@@ -129,13 +135,94 @@ pub(super) enum Refusal {
     InLog,
 }
 
+impl Refusal {
+    /// Where nvc-hook's refusal shows under podman's low-level `runtime`.
+    fn of_hook_under(runtime: &str) -> Refusal {
+        if runtime == "crun" {
+            Refusal::InLog
+        } else {
+            Refusal::OnStderr
+        }
+    }
+}
+
+/// Who runs podman.
+pub(super) enum User {
+    /// root, with the containers' cgroups under their own parent.
+    Root,
+    /// A user of the root (see `rootless.rs`).
+    Rootless,
+}
+
+/// A newer Debian's root and what its engines' `--version` say (how it starts).
+pub(super) struct Release {
+    make: fn() -> Result<EngineRoot, EngineError>,
+    podman: &'static str,
+    runc: &'static str,
+    crun: &'static str,
+}
+
+/// Debian 13 (trixie): Podman 5.4.2, runc 1.1.15, crun 1.21.
+pub(super) const DEBIAN13: Release = Release {
+    make: EngineRoot::debian13,
+    podman: "podman version 5.4.",
+    runc: "runc version 1.1.",
+    crun: "crun version 1.21",
+};
+
+/// Debian 14 (forky): Podman 5.8, runc 1.3, crun 1.28.
+pub(super) const DEBIAN14: Release = Release {
+    make: EngineRoot::debian14,
+    podman: "podman version 5.8.",
+    runc: "runc version 1.3.",
+    crun: "crun version 1.28",
+};
+
+impl Release {
+    /// The root, made if it is not there yet.
+    pub(super) fn root(&self) -> EngineRoot {
+        (self.make)().unwrap_or_else(|e| panic!("{}", error_chain(&e)))
+    }
+
+    /// "PODMAN with RUNTIME" as their versions say, which must be the expected ones.
+    pub(super) fn label(&self, root: &EngineRoot, runtime: &str) -> String {
+        let want = if runtime == "crun" {
+            self.crun
+        } else {
+            self.runc
+        };
+        format!(
+            "{} with {}",
+            version_in(root, "podman", self.podman),
+            version_in(root, runtime, want)
+        )
+    }
+}
+
+/// `release`'s podman with its `runtime` (`runc` or `crun`), run by `user`, nvc-hook from
+/// hooks.d and nvc's CDI spec: the checks of [`assert_podman5_gpu_containers`], and for a
+/// rootless podman `rootless::assert_device_cgroup_left`.
+pub(super) fn check_podman5(release: &Release, runtime: &str, user: User) {
+    let w = World::new();
+    let root = release.root();
+    let mut label = release.label(&root, runtime);
+    let mut engine = podman5(&w, &root, runtime, &podman_hooks_dir(&w));
+    if let User::Rootless = user {
+        label = format!("rootless {label}");
+        engine = rootless::run_as_user(&w, &root, engine);
+    }
+    assert_podman5_gpu_containers(&w, engine, Refusal::of_hook_under(runtime), &label);
+    if let User::Rootless = user {
+        rootless::assert_device_cgroup_left(&w, &label);
+    }
+}
+
 /// The checks every podman 5 here passes, whatever runs its containers (runc, crun,
 /// nvc-runtime; as root or rootless): GPU containers asked for by `NVIDIA_VISIBLE_DEVICES`
 /// (`all` and `1`: nvc-hook from hooks.d, or nvc-runtime) and by CDI, by index and by the
 /// UUID NVIDIA's device plugin names GPUs by, a container without a request that gets
 /// nothing, and a bad request that does not start, with nvc's reason where `refusal` says.
-/// Then `podman` is
-/// stopped and nothing of the test may be left.
+/// Then `podman` is stopped and nothing of the test may be left.
 pub(super) fn assert_podman5_gpu_containers(
     w: &World,
     podman: Podman,
@@ -203,27 +290,11 @@ pub(super) fn assert_podman5_gpu_containers(
 /// [`assert_podman5_gpu_containers`]. (Its crun: `crun.rs`.)
 #[test]
 fn podman5_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
-    let w = World::new();
-    let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
-    let label = format!(
-        "{} with {}",
-        version_in(&root, "podman", "podman version 5.4."),
-        version_in(&root, "runc", "runc version 1.1.")
-    );
-    let podman = podman5(&w, &root, "runc", &podman_hooks_dir(&w));
-    assert_podman5_gpu_containers(&w, podman, Refusal::OnStderr, &label);
+    check_podman5(&DEBIAN13, "runc", User::Root);
 }
 
 /// Debian 14's Podman 5.8 with runc 1.3, the same way.
 #[test]
 fn podman58_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
-    let w = World::new();
-    let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
-    let label = format!(
-        "{} with {}",
-        version_in(&root, "podman", "podman version 5.8."),
-        version_in(&root, "runc", "runc version 1.3.")
-    );
-    let podman = podman5(&w, &root, "runc", &podman_hooks_dir(&w));
-    assert_podman5_gpu_containers(&w, podman, Refusal::OnStderr, &label);
+    check_podman5(&DEBIAN14, "runc", User::Root);
 }
