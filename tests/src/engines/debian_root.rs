@@ -5,6 +5,9 @@
 //! (`pivot_root`, not `chroot`: a hook that enters a container's mount namespace gets the
 //! namespace's root, which must be the engine's), with the host's `/proc`, `/sys`, `/dev`,
 //! a fresh `/run` and `/tmp`, and the host folders the test names bound at the same paths.
+//! A [`RootView`] adds to that: host files over the root's, a legacy cgroup view for crun,
+//! the fake driver's nodes in `/dev`, and a user to run as (rootless engines), all made in
+//! the command's own namespace: the shared root and the host are left as they are.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
