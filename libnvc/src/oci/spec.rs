@@ -436,10 +436,15 @@ fn hooks_include(top: &Map<String, Value>, hook: &HookEntry) -> Result<bool, Spe
     Ok(false)
 }
 
+/// The annotation that makes crun write its hooks' stderr to a file, here the runtime's
+/// own stderr, where runc writes it and the engine shows it.
+pub const CRUN_HOOKS_STDERR: &str = "run.oci.hooks.stderr";
+
 /// Adds `edits.device_nodes` and `hook` to `spec`; returns whether anything changed.
 ///
 /// - `hook` goes to `hooks.prestart` unless a prestart or createRuntime hook is
-///   already `hook.path` or named as one of [`KNOWN_HOOK_NAMES`].
+///   already `hook.path` or named as one of [`KNOWN_HOOK_NAMES`]; with it, the
+///   [`CRUN_HOOKS_STDERR`] annotation unless the spec has one.
 /// - Each device node goes to `linux.devices` unless a device has its path, and its
 ///   allow rule (`rwm`) to `linux.resources.devices` unless the same rule is there: runc
 ///   then creates the nodes and opens the device cgroup (v1 and v2) itself.
@@ -482,6 +487,13 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
         }
         let hooks = object_mut(top, "hooks", "hooks")?;
         array_mut(hooks, "prestart", "hooks.prestart")?.push(entry);
+        // crun sends a hook's stderr nowhere unless this annotation names a file: the
+        // hook's refusal ("cuda>=13.0 is not met") would reach no one, only "error
+        // executing hook". runc ignores the annotation; one the spec has is kept.
+        let annotations = object_mut(top, "annotations", "annotations")?;
+        if !annotations.contains_key(CRUN_HOOKS_STDERR) {
+            annotations.insert(CRUN_HOOKS_STDERR.into(), json!("/dev/stderr"));
+        }
         changed = true;
     }
 
@@ -767,6 +779,7 @@ mod tests {
                     "env": ["PATH=/usr/bin:/bin"],
                     "timeout": 32
                 }]},
+                "annotations": {"run.oci.hooks.stderr": "/dev/stderr"},
                 "linux": {
                     "devices": [
                         {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255, "fileMode": 438, "uid": 0, "gid": 0},
@@ -799,6 +812,17 @@ mod tests {
         assert!(has_driver_hook(&spec, &hook()).unwrap());
         assert!(!apply(&mut spec, &ContainerEdits::default(), &hook()).unwrap());
         assert_eq!(spec["hooks"]["prestart"].as_array().map(Vec::len), Some(1));
+    }
+
+    #[test]
+    fn a_hooks_stderr_annotation_of_the_spec_is_kept() {
+        let mut spec = minimal();
+        spec["annotations"] = json!({"run.oci.hooks.stderr": "/var/log/hooks.err", "io.x": "y"});
+        assert!(apply(&mut spec, &edits(), &hook()).unwrap());
+        assert_eq!(
+            spec["annotations"],
+            json!({"run.oci.hooks.stderr": "/var/log/hooks.err", "io.x": "y"})
+        );
     }
 
     #[test]
