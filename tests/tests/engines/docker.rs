@@ -1,12 +1,14 @@
 //! GPU containers through a private dockerd: `--runtime=nv` with nvc-runtime, and `--gpus`
 //! with nvc-hook as the NVIDIA hook.
 
+use std::ffi::OsStr;
+
 use libnvc::report::error_chain;
 use nvc_tests::{workspace_bin, Dockerd, EngineRoot};
 
 use super::{
-    assert_gpus, assert_gpus_with, assert_refused, assert_untouched, configure_docker,
-    start_dockerd, World, IMAGE, PROBE,
+    assert_gpus, assert_gpus_with, assert_refused, assert_runc_ran, assert_untouched,
+    configure_docker, nvc_configure, start_dockerd, World, IMAGE, PROBE,
 };
 
 #[test]
@@ -78,81 +80,186 @@ fn docker_gpus_flag_runs_nvc_hook() {
 }
 
 /// Debian 13's Docker 26.1 (its containerd 1.7 and runc 1.1.15) from a root of their own
-/// (see `nvc_tests::EngineRoot`), set up by `nvc runtime configure`: `--runtime=nv`,
-/// `--gpus`, and Docker's own CDI (`features.cdi`, `--device nvidia.com/gpu=...`) with the
-/// spec `nvc cdi generate` writes, by the UUID NVIDIA's device plugin names GPUs by.
+/// (see `nvc_tests::EngineRoot`): Docker 26 reads CDI devices only with `features.cdi`,
+/// which `nvc runtime configure --cdi` sets.
 #[test]
 fn docker26_runs_gpu_containers_through_nv_gpus_and_cdi() {
     let w = World::new();
     let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
-    let (daemon_json, alias_dir) = configure_docker(&w);
-    let mut json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&daemon_json).unwrap()).unwrap();
-    json["features"] = serde_json::json!({"cdi": true});
-    std::fs::write(&daemon_json, json.to_string()).unwrap();
-    let cdi = w.cdi_spec_dir();
-    let path = std::env::join_paths(
-        std::iter::once(alias_dir).chain(std::env::split_paths(&nvc_tests::engine_path())),
-    )
-    .unwrap();
-    let bin_dir = workspace_bin("nvc-hook").parent().unwrap().to_path_buf();
-    let dockerd = Dockerd::start_in(
-        &root,
-        &w.path("docker26"),
-        &daemon_json,
-        &[("PATH", &path), ("NVC_CONFIG", w.config.as_os_str())],
-        &[w.dir.path(), &bin_dir],
-        Some(&cdi),
-    )
-    .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
-    let version = dockerd.docker(&["version", "--format", "{{.Server.Version}}"]);
-    assert!(version.stdout.trim().starts_with("26."), "{version:?}");
-    dockerd
-        .import(&w.tarball, IMAGE)
+    let docker = RootDocker::start(&w, &root, Cdi::Configure);
+    assert!(docker.version.starts_with("26."), "{}", docker.version);
+    docker.assert_gpu_containers();
+    docker.stop_and_check_clean("1.1.15");
+}
+
+/// Debian 14's Docker 28.5 (its containerd 2.1 and runc 1.3) from a root of their own:
+/// Docker 28.2 and later read CDI devices without `features.cdi`, from `/etc/cdi` and
+/// `/var/run/cdi`, so the daemon.json `nvc runtime configure` writes without `--cdi` is
+/// enough for `--device nvidia.com/gpu=...`.
+#[test]
+fn docker28_runs_gpu_containers_through_nv_gpus_and_cdi() {
+    let w = World::new();
+    let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let docker = RootDocker::start(&w, &root, Cdi::ByDefault);
+    assert!(docker.version.starts_with("28."), "{}", docker.version);
+    docker.assert_gpu_containers();
+    docker.stop_and_check_clean("1.3.6");
+}
+
+/// How a Docker in a root comes to read CDI devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cdi {
+    /// `nvc runtime configure --cdi` turns it on (`features.cdi`).
+    Configure,
+    /// The Docker reads CDI devices as it comes; daemon.json says nothing of CDI.
+    ByDefault,
+}
+
+/// A Docker (dockerd, its containerd and runc) of a newer Debian's root, set up by `nvc
+/// runtime configure` as a user would, with nvc's CDI spec in its `/etc/cdi` and the
+/// test image imported.
+struct RootDocker<'w> {
+    w: &'w World,
+    root: &'w EngineRoot,
+    dockerd: Dockerd,
+    /// `docker version`'s server version.
+    version: String,
+}
+
+impl<'w> RootDocker<'w> {
+    fn start(w: &'w World, root: &'w EngineRoot, cdi: Cdi) -> RootDocker<'w> {
+        let (daemon_json, alias_dir) = configure_docker(w);
+        if cdi == Cdi::Configure {
+            let runtime = workspace_bin("nvc-runtime");
+            nvc_configure(&[
+                OsStr::new("--runtime"),
+                OsStr::new("docker"),
+                OsStr::new("--config"),
+                daemon_json.as_os_str(),
+                OsStr::new("--runtime-path"),
+                runtime.as_os_str(),
+                OsStr::new("--cdi"),
+            ]);
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&daemon_json).unwrap()).unwrap();
+        let want_features = match cdi {
+            Cdi::Configure => serde_json::json!({"cdi": true}),
+            Cdi::ByDefault => serde_json::Value::Null,
+        };
+        assert_eq!(json["features"], want_features, "{json}");
+        let spec_dir = w.cdi_spec_dir();
+        let path = std::env::join_paths(
+            std::iter::once(alias_dir).chain(std::env::split_paths(&nvc_tests::engine_path())),
+        )
+        .unwrap();
+        let bin_dir = workspace_bin("nvc-hook").parent().unwrap().to_path_buf();
+        let dockerd = Dockerd::start_in(
+            root,
+            &w.path(&format!("docker-{}", root.suite)),
+            &daemon_json,
+            &[("PATH", &path), ("NVC_CONFIG", w.config.as_os_str())],
+            &[w.dir.path(), &bin_dir],
+            Some(&spec_dir),
+        )
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
-    let gpus = w.gpus();
-    let run = |opts: &[&str]| {
+        let version = dockerd.docker(&["version", "--format", "{{.Server.Version}}"]);
+        version.assert_success();
+        // The folders this dockerd reads CDI specs from: none when CDI is off.
+        let spec_dirs = dockerd.docker(&["info", "--format", "{{json .CDISpecDirs}}"]);
+        assert!(
+            spec_dirs.stdout.contains("\"/etc/cdi\""),
+            "dockerd does not read CDI specs from /etc/cdi: {spec_dirs:?}"
+        );
+        dockerd
+            .import(&w.tarball, IMAGE)
+            .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+        RootDocker {
+            w,
+            root,
+            dockerd,
+            version: version.stdout.trim().to_string(),
+        }
+    }
+
+    fn run(&self, opts: &[&str]) -> nvc_tests::Outcome {
         let mut all: Vec<String> = opts.iter().map(|o| o.to_string()).collect();
-        all.extend(w.fake_proc_flags());
-        dockerd.run(&all, IMAGE, &["sh", "-c", PROBE])
-    };
-    let context = |what: &str| {
+        all.extend(self.w.fake_proc_flags());
+        self.dockerd.run(&all, IMAGE, &["sh", "-c", PROBE])
+    }
+
+    fn context(&self, what: &str) -> String {
         format!(
             "Docker {}: {what}\nnvc log:\n{}\ndockerd log:\n{}",
-            version.stdout.trim(),
-            w.nvc_log(),
-            dockerd.log_tail(20)
+            self.version,
+            self.w.nvc_log(),
+            self.dockerd.log_tail(20)
         )
-    };
+    }
 
-    assert_gpus(
-        &run(&["--runtime=nv", "-e", "NVIDIA_VISIBLE_DEVICES=all"]),
-        &gpus,
-        &context("--runtime=nv NVIDIA_VISIBLE_DEVICES=all"),
-    );
-    assert_gpus(
-        &run(&["--gpus", "device=1"]),
-        &gpus[1..2],
-        &context("--gpus device=1"),
-    );
-    let by_uuid = format!("nvidia.com/gpu={}", gpus[2].uuid);
-    assert_gpus_with(
-        &run(&["--device", &by_uuid]),
-        &gpus[2..3],
-        &["/dev/nvidia-modeset 195:254"],
-        &context(&format!("CDI {by_uuid}")),
-    );
-    assert_untouched(
-        &run(&["--runtime=nv"]),
-        "Docker 26 --runtime=nv, no GPU asked for",
-    );
-    assert_refused(
-        &run(&["--runtime=nv", "-e", "NVIDIA_VISIBLE_DEVICES=7"]),
-        "GPU index 7",
-        "Docker 26 --runtime=nv NVIDIA_VISIBLE_DEVICES=7",
-    );
+    /// `--runtime=nv` (all GPUs), `--gpus all`, `--gpus device=1`, CDI by index and by
+    /// UUID (the name NVIDIA's device plugin uses), a container that asks for no GPU, and
+    /// requests nvc refuses, through `--runtime=nv` and through `--gpus`.
+    fn assert_gpu_containers(&self) {
+        let gpus = self.w.gpus();
+        let modeset = ["/dev/nvidia-modeset 195:254"];
+        assert_gpus(
+            &self.run(&["--runtime=nv", "-e", "NVIDIA_VISIBLE_DEVICES=all"]),
+            &gpus,
+            &self.context("--runtime=nv NVIDIA_VISIBLE_DEVICES=all"),
+        );
+        assert_gpus(
+            &self.run(&["--gpus", "all"]),
+            &gpus,
+            &self.context("--gpus all"),
+        );
+        assert_gpus(
+            &self.run(&["--gpus", "device=1"]),
+            &gpus[1..2],
+            &self.context("--gpus device=1"),
+        );
+        assert_gpus_with(
+            &self.run(&["--device", "nvidia.com/gpu=0"]),
+            &gpus[0..1],
+            &modeset,
+            &self.context("CDI nvidia.com/gpu=0"),
+        );
+        let by_uuid = format!("nvidia.com/gpu={}", gpus[2].uuid);
+        assert_gpus_with(
+            &self.run(&["--device", &by_uuid]),
+            &gpus[2..3],
+            &modeset,
+            &self.context(&format!("CDI {by_uuid}")),
+        );
+        assert_untouched(
+            &self.run(&["--runtime=nv"]),
+            &self.context("--runtime=nv, no GPU asked for"),
+        );
+        assert_refused(
+            &self.run(&["--runtime=nv", "-e", "NVIDIA_VISIBLE_DEVICES=7"]),
+            "GPU index 7",
+            &self.context("--runtime=nv NVIDIA_VISIBLE_DEVICES=7"),
+        );
+        assert_refused(
+            &self.run(&["--gpus", "device=7"]),
+            "GPU index 7",
+            &self.context("--gpus device=7"),
+        );
+    }
 
-    let cgroup = dockerd.cgroup_parent.clone();
-    drop(dockerd);
-    w.assert_clean(&[cgroup]);
+    /// Checks that the root's runc `runc_version` ran the containers, stops dockerd, and
+    /// checks that nothing is left.
+    fn stop_and_check_clean(self, runc_version: &str) {
+        let runc = self
+            .dockerd
+            .docker(&["info", "--format", "{{.RuncCommit.ID}}"]);
+        assert!(
+            runc.stdout.trim().starts_with(runc_version),
+            "dockerd's runc is not {runc_version}: {runc:?}"
+        );
+        assert_runc_ran(self.w, self.root, runc_version);
+        let cgroup = self.dockerd.cgroup_parent.clone();
+        drop(self.dockerd);
+        self.w.assert_clean(&[cgroup]);
+    }
 }

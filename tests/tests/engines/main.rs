@@ -438,3 +438,23 @@ fn run(command: &mut Command) -> Outcome {
         log: String::new(),
     }
 }
+
+/// Asserts that nvc-runtime handed this test's containers to the runc its config names
+/// (`nvc_tests::runc_path`, a path that inside `root` is the root's own runc), and that
+/// this runc is version `version`: the low-level runtime of a root's engines is the
+/// root's runc, never Debian 12's.
+#[track_caller]
+fn assert_runc_ran(w: &World, root: &nvc_tests::EngineRoot, version: &str) {
+    let said = root.version("runc");
+    assert!(
+        said.starts_with(&format!("runc version {version}")),
+        "the {} root's runc is not {version}: {said:?}",
+        root.suite
+    );
+    let exec = format!("exec {} ", nvc_tests::runc_path().display());
+    let log = w.nvc_log();
+    assert!(
+        log.contains(&exec),
+        "nvc-runtime never ran {exec:?}; nvc log:\n{log}"
+    );
+}
