@@ -106,14 +106,18 @@ impl Containerd {
     }
 
     /// A containerd config like [`Containerd::default_config`] with the CRI plugin on, set
-    /// up for tests: its sandbox image and CDI settings from `cri`, the native snapshotter
-    /// (as `ctr` here uses), no AppArmor profile, `restrict_oom_score_adj` (the sandbox's
-    /// -998 needs CAP_SYS_RESOURCE, which a test machine that is itself a container may
-    /// lack: runc then fails with "can't get final child's PID from pipe"), and CNI
-    /// folders under `dir` that hold nothing (pods use the node's network, so no CNI
-    /// plugin runs). `version` is 2
-    /// (containerd 1.x, plugin `io.containerd.grpc.v1.cri`) or 3 (containerd 2.x, plugins
-    /// `io.containerd.cri.v1.runtime` and `io.containerd.cri.v1.images`).
+    /// up for tests. `version` is 2 (containerd 1.x, plugin `io.containerd.grpc.v1.cri`)
+    /// or 3 (containerd 2.x, plugins `io.containerd.cri.v1.runtime` and
+    /// `io.containerd.cri.v1.images`). It has:
+    /// - the sandbox image and CDI settings of `cri`;
+    /// - the native snapshotter, as `ctr` here uses (with version 3, also for the transfer
+    ///   service that containerd 2.x's `ctr images import` goes through);
+    /// - no AppArmor profile;
+    /// - `restrict_oom_score_adj`: the sandbox's -998 needs CAP_SYS_RESOURCE, which a test
+    ///   machine that is itself a container may lack (runc then fails with "can't get
+    ///   final child's PID from pipe");
+    /// - CNI folders under `dir` that hold nothing: pods use the node's network, so no
+    ///   CNI plugin runs.
     pub fn cri_config(dir: &Path, version: u8, cri: &CriSettings<'_>) -> String {
         let d = dir.display();
         let dirs: Vec<String> = cri
@@ -137,8 +141,9 @@ impl Containerd {
                  [{p}.images\".pinned_images]\n  sandbox = \"{image}\"\n\n\
                  [{p}.runtime\"]\n  enable_cdi = {cdi}\n  cdi_spec_dirs = [{dirs}]\n  \
                  disable_apparmor = true\n  restrict_oom_score_adj = true\n\n\
-                 [{p}.runtime\".containerd]\n  snapshotter = \"native\"\n\n\
-                 [{p}.runtime\".cni]\n  bin_dirs = [\"{d}/cni/bin\"]\n  conf_dir = \"{d}/cni/net.d\"\n"
+                 [{p}.runtime\".cni]\n  bin_dirs = [\"{d}/cni/bin\"]\n  conf_dir = \"{d}/cni/net.d\"\n\n\
+                 [plugins.\"io.containerd.transfer.v1.local\"]\n  \
+                 unpack_config = [{{ platform = \"linux/amd64\", snapshotter = \"native\" }}]\n"
             )
         } else {
             let p = "plugins.\"io.containerd.grpc.v1.cri\"";

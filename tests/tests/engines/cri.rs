@@ -424,3 +424,34 @@ fn cri_containerd17_secure_setting() {
     secure_setting(&node, &w.gpus());
     node.finish();
 }
+
+/// Debian 14's containerd 2.1 (config version 3, plugins `io.containerd.cri.v1.runtime`
+/// and `io.containerd.cri.v1.images`).
+#[test]
+fn cri_containerd21_device_list_strategies() {
+    let w = World::new();
+    let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let node = Node::start(&w, &root, 3, ACCEPT_MOUNTS);
+    assert!(
+        node.version.trim_start_matches('v').starts_with("2.1."),
+        "{}",
+        node.version
+    );
+    device_list_strategies(&node, &w.gpus());
+    node.finish();
+}
+
+/// Debian 14's containerd 2.1 with the secure setting.
+#[test]
+fn cri_containerd21_secure_setting() {
+    let w = World::new();
+    let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let node = Node::start(&w, &root, 3, SECURE);
+    assert!(
+        node.version.trim_start_matches('v').starts_with("2.1."),
+        "{}",
+        node.version
+    );
+    secure_setting(&node, &w.gpus());
+    node.finish();
+}
