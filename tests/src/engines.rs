@@ -13,11 +13,13 @@
 //! programs); `command.rs` runs one command with a timeout; `daemon.rs` runs a program
 //! isolated, keeps a daemon up and stops it, and removes the cgroups an engine made;
 //! `dockerd.rs`, `containerd.rs` and `podman.rs` drive one engine each; `archive.rs` makes
-//! the OCI image archive `ctr` imports.
+//! the OCI image archive `ctr` imports; `cri.rs` is a CRI (Kubernetes runtime API) client
+//! for containerd's CRI plugin.
 
 mod archive;
 mod command;
 mod containerd;
+pub mod cri;
 mod daemon;
 mod debian_root;
 mod dockerd;
@@ -32,7 +34,7 @@ use crate::Outcome;
 
 pub use archive::oci_archive;
 pub use command::run_command;
-pub use containerd::Containerd;
+pub use containerd::{Containerd, CriSettings, CRI_NAMESPACE};
 pub use daemon::remove_cgroups;
 pub use debian_root::{EngineRoot, RootUser, RootView};
 pub use dockerd::Dockerd;

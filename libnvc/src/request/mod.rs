@@ -227,7 +227,6 @@ impl Request {
         policy: &RequestPolicy,
     ) -> Result<Request, RequestError> {
         let env: Vec<&str> = env.into_iter().collect();
-        let mut request = Request::from_env(env.iter().copied(), policy)?;
         if !device_mounts.is_empty() && !policy.accept_device_mounts {
             log::debug!(
                 "ignoring {} device mounts: requests.accept-devices-as-volume-mounts is off",
@@ -236,12 +235,20 @@ impl Request {
         }
         if policy.accept_device_mounts {
             if let Some((devices, channels)) = mounts::mount_devices(device_mounts)? {
+                // The mounts win, and `NVIDIA_VISIBLE_DEVICES` is not read at all (as in
+                // NVIDIA's toolkit): the device plugin's `volume-mounts` strategy sets it
+                // to the mounts' folder, `/var/run/nvidia-container-devices`, no device.
+                let rest = env.iter().copied().filter(
+                    |e| !matches!(e.split_once('='), Some((key, _)) if key == VISIBLE_DEVICES),
+                );
+                let mut request = Request::from_env(rest, policy)?;
                 request.devices = devices;
                 request.imex_channels = channels;
                 request.from_device_mounts = true;
                 return Ok(request);
             }
         }
+        let mut request = Request::from_env(env.iter().copied(), policy)?;
         let visible = env
             .iter()
             .filter_map(|e| e.split_once('='))

@@ -920,7 +920,10 @@ fn device_mounts_are_read_only_when_accepted_and_then_win() {
     };
     // The secure setting: the environment is ignored, the mounts are honoured.
     let r = from(&["NVIDIA_VISIBLE_DEVICES=all"], &[uuid, "1"], &strict).unwrap();
-    assert_eq!(r.devices, DeviceSelection::List(vec![uuid_id, Index(1)]));
+    assert_eq!(
+        r.devices,
+        DeviceSelection::List(vec![uuid_id.clone(), Index(1)])
+    );
     assert!(r.from_device_mounts);
     // They win over an accepted environment too (as NVIDIA's toolkit has it), and keep
     // the capabilities the environment asks for.
@@ -939,6 +942,18 @@ fn device_mounts_are_read_only_when_accepted_and_then_win() {
     .unwrap();
     assert_eq!(r.devices, DeviceSelection::All);
     assert_eq!(r.capabilities, caps("video"));
+    // What NVIDIA's device plugin sets with DEVICE_LIST_STRATEGY=volume-mounts: the
+    // variable names the mounts' folder, which is no device; the mounts decide, under
+    // either policy.
+    for policy in [&open, &strict] {
+        let r = from(
+            &["NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"],
+            &[uuid],
+            policy,
+        )
+        .unwrap();
+        assert_eq!(r.devices, DeviceSelection::List(vec![uuid_id.clone()]));
+    }
     // CDI names and IMEX channels; another vendor's CDI device is not ours.
     let r = from(
         &[],

@@ -9,6 +9,17 @@ use super::{mkdirs, run_command, EngineError, ENGINE_TIMEOUT};
 /// import` takes it) holding one image named `name` whose only layer is the tar archive
 /// `rootfs_tar`, for linux/amd64, running `sh`.
 pub fn oci_archive(rootfs_tar: &Path, name: &str, out: &Path) -> Result<(), EngineError> {
+    oci_archive_running(rootfs_tar, name, &["sh"], out)
+}
+
+/// [`oci_archive`] with `cmd` as the image's command: a CRI pod's sandbox (pause)
+/// container runs its image's command, which must keep running.
+pub fn oci_archive_running(
+    rootfs_tar: &Path,
+    name: &str,
+    cmd: &[&str],
+    out: &Path,
+) -> Result<(), EngineError> {
     let layout = out.with_extension("layout");
     let blobs = layout.join("blobs/sha256");
     if layout.exists() {
@@ -31,7 +42,7 @@ pub fn oci_archive(rootfs_tar: &Path, name: &str, out: &Path) -> Result<(), Engi
     let config = serde_json::json!({
         "architecture": "amd64",
         "os": "linux",
-        "config": { "Env": [crate::DEFAULT_PATH_ENV], "Cmd": ["sh"] },
+        "config": { "Env": [crate::DEFAULT_PATH_ENV], "Cmd": cmd },
         "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{layer}")] },
     });
     let (config_digest, config_size) = add_blob(config.to_string().into_bytes())?;

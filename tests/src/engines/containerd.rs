@@ -7,11 +7,28 @@ use std::time::Duration;
 
 use crate::{container_id, Outcome};
 
+use super::archive::oci_archive_running;
 use super::daemon::{cgroup_name, isolated, remove_cgroups, Daemon};
 use super::debian_root::EngineRoot;
 use super::{
     engine_path, find_program, mkdirs, oci_archive, run_command, EngineError, ENGINE_TIMEOUT,
 };
+
+/// The containerd namespace of the CRI plugin's images and containers: the kubelet's
+/// (and `crictl`'s) images must be imported there.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+
+/// How a test sets up containerd's CRI plugin (see [`Containerd::cri_config`]).
+#[derive(Debug, Clone)]
+pub struct CriSettings<'a> {
+    /// The sandbox (pause) image, which must be imported into [`CRI_NAMESPACE`]: nothing
+    /// is pulled.
+    pub sandbox_image: &'a str,
+    /// Folders of CDI specs (`cdi_spec_dirs`).
+    pub cdi_spec_dirs: &'a [&'a Path],
+    /// `enable_cdi` (`nvc runtime configure --cdi` sets it too).
+    pub enable_cdi: bool,
+}
 
 /// A private `containerd`: root, state, gRPC and ttrpc sockets and its plugin folder
 /// (`/opt/containerd` by default) under its directory, no CRI plugin unless the config
@@ -45,6 +62,11 @@ struct CtrClient {
 
 impl CtrClient {
     fn run<S: AsRef<OsStr>>(&self, args: &[S], timeout: Duration) -> Outcome {
+        self.run_in(&self.namespace, args, timeout)
+    }
+
+    /// `ctr` in the containerd namespace `namespace`.
+    fn run_in<S: AsRef<OsStr>>(&self, namespace: &str, args: &[S], timeout: Duration) -> Outcome {
         let mut command = match &self.root {
             None => Command::new(&self.ctr),
             Some((root, binds, cdi)) => {
@@ -56,7 +78,7 @@ impl CtrClient {
             .arg("--address")
             .arg(&self.socket)
             .arg("--namespace")
-            .arg(&self.namespace)
+            .arg(namespace)
             .args(args)
             .env_remove("CONTAINERD_ADDRESS")
             .env_remove("CONTAINERD_NAMESPACE");
@@ -81,6 +103,59 @@ impl Containerd {
              [ttrpc]\n  address = \"{d}/containerd.sock.ttrpc\"\n\n\
              [plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"{d}/opt\"\n"
         )
+    }
+
+    /// A containerd config like [`Containerd::default_config`] with the CRI plugin on, set
+    /// up for tests. `version` is 2 (containerd 1.x, plugin `io.containerd.grpc.v1.cri`)
+    /// or 3 (containerd 2.x, plugins `io.containerd.cri.v1.runtime` and
+    /// `io.containerd.cri.v1.images`). It has:
+    /// - the sandbox image and CDI settings of `cri`;
+    /// - the native snapshotter, as `ctr` here uses (with version 3, also for the transfer
+    ///   service that containerd 2.x's `ctr images import` goes through);
+    /// - no AppArmor profile;
+    /// - `restrict_oom_score_adj`: the sandbox's -998 needs CAP_SYS_RESOURCE, which a test
+    ///   machine that is itself a container may lack (runc then fails with "can't get
+    ///   final child's PID from pipe");
+    /// - CNI folders under `dir` that hold nothing: pods use the node's network, so no
+    ///   CNI plugin runs.
+    pub fn cri_config(dir: &Path, version: u8, cri: &CriSettings<'_>) -> String {
+        let d = dir.display();
+        let dirs: Vec<String> = cri
+            .cdi_spec_dirs
+            .iter()
+            .map(|p| format!("\"{}\"", p.display()))
+            .collect();
+        let dirs = dirs.join(", ");
+        let (image, cdi) = (cri.sandbox_image, cri.enable_cdi);
+        let common = format!(
+            "root = \"{d}/root\"\nstate = \"{d}/state\"\n\n\
+             [grpc]\n  address = \"{d}/containerd.sock\"\n\n\
+             [ttrpc]\n  address = \"{d}/containerd.sock.ttrpc\"\n\n\
+             [plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"{d}/opt\"\n\n"
+        );
+        if version >= 3 {
+            let p = "plugins.\"io.containerd.cri.v1";
+            format!(
+                "version = 3\n{common}\
+                 [{p}.images\"]\n  snapshotter = \"native\"\n\n\
+                 [{p}.images\".pinned_images]\n  sandbox = \"{image}\"\n\n\
+                 [{p}.runtime\"]\n  enable_cdi = {cdi}\n  cdi_spec_dirs = [{dirs}]\n  \
+                 disable_apparmor = true\n  restrict_oom_score_adj = true\n\n\
+                 [{p}.runtime\".cni]\n  bin_dirs = [\"{d}/cni/bin\"]\n  conf_dir = \"{d}/cni/net.d\"\n\n\
+                 [plugins.\"io.containerd.transfer.v1.local\"]\n  \
+                 unpack_config = [{{ platform = \"linux/amd64\", snapshotter = \"native\" }}]\n"
+            )
+        } else {
+            let p = "plugins.\"io.containerd.grpc.v1.cri\"";
+            format!(
+                "version = 2\n{common}\
+                 [{p}]\n  sandbox_image = \"{image}\"\n  enable_cdi = {cdi}\n  \
+                 cdi_spec_dirs = [{dirs}]\n  disable_apparmor = true\n  \
+                 restrict_oom_score_adj = true\n\n\
+                 [{p}.containerd]\n  snapshotter = \"native\"\n\n\
+                 [{p}.cni]\n  bin_dir = \"{d}/cni/bin\"\n  conf_dir = \"{d}/cni/net.d\"\n"
+            )
+        }
     }
 
     /// Starts containerd with `<dir>/config.toml` (written from
@@ -199,6 +274,28 @@ impl Containerd {
             archive.as_os_str(),
         ];
         EngineError::check("import the test image into containerd", self.ctr(&args)).map(drop)
+    }
+
+    /// Imports `tarball` (a rootfs tar) into the CRI plugin's namespace
+    /// ([`CRI_NAMESPACE`]) as image `name` running `cmd`, for pods: a sandbox image's
+    /// command must keep running.
+    pub fn import_for_cri(
+        &self,
+        tarball: &Path,
+        name: &str,
+        cmd: &[&str],
+    ) -> Result<(), EngineError> {
+        let archive = self.dir.join("cri-image.oci.tar");
+        oci_archive_running(tarball, name, cmd, &archive)?;
+        let args = [
+            OsStr::new("images"),
+            OsStr::new("import"),
+            OsStr::new("--snapshotter"),
+            OsStr::new("native"),
+            archive.as_os_str(),
+        ];
+        let out = self.client.run_in(CRI_NAMESPACE, &args, ENGINE_TIMEOUT);
+        EngineError::check("import an image for the CRI plugin", out).map(drop)
     }
 
     /// `ctr run --rm --snapshotter native --fifo-dir <dir>/fifo OPTIONS IMAGE <id>

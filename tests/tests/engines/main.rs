@@ -29,6 +29,7 @@ use libnvc::report::error_chain;
 
 mod configure;
 mod containerd;
+mod cri;
 mod crun;
 mod deb;
 mod docker;
