@@ -1,11 +1,15 @@
 # Sourced by the GPU-machine scripts (e2e.sh, hostile.sh): installs the carried runc,
 # builds a small rootfs with no NVIDIA file in $work/rootfs, writes an nvc config and
 # defines bundle() and ctr(). Expects $carry, $out and $work set and check() defined.
+# NVC_GPU_RUNTIME names the low-level runtime nvc-runtime execs (default: that runc;
+# tests/gpu/runtimes.sh passes crun and a newer runc).
 
 # runc and its libseccomp from Debian's packages.
 install -m 0755 "$carry/runc/usr/sbin/runc" /usr/local/sbin/runc
 cp -a "$carry"/runc/usr/lib/x86_64-linux-gnu/libseccomp.so.2* /usr/local/lib/ && ldconfig
 runc --version | head -1
+runtime=${NVC_GPU_RUNTIME:-/usr/local/sbin/runc}
+echo "low-level runtime: $("$runtime" --version | head -1)"
 
 # A small rootfs from this machine's own glibc: busybox, libc, the loader, a static
 # ldconfig. No NVIDIA file, no /dev/nvidia*.
@@ -28,7 +32,7 @@ cat >"$work/config.toml" <<TOML
 [hook]
 path = "$carry/bin/nvc-hook"
 [runtime]
-runtimes = ["/usr/local/sbin/runc"]
+runtimes = ["$runtime"]
 [log]
 file = "$out/nvc.log"
 level = "debug"
@@ -43,6 +47,9 @@ c = json.load(open("config.json"))
 c["process"]["terminal"] = False
 c["process"]["args"] = ["sh", "-c", script]
 c["process"]["env"] += [e for e in env.split(";") if e]
+# No ambient capabilities: runc 1.1's spec lists some it cannot raise without inheritable
+# ones, and runc 1.3 then warns on every start (engines set none).
+c["process"].get("capabilities", {}).pop("ambient", None)
 c["root"] = {"path": rootfs, "readonly": True}
 json.dump(c, open("config.json", "w"), indent=1)
 PY
