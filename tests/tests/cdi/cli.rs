@@ -101,7 +101,7 @@ fn generated_spec_describes_the_fake_driver() {
     // hooks: createContainer, the configured absolute hook path, only PATH
     let hook_path = workspace_bin("nvc-hook");
     let hooks = edits["hooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 2, "{hooks:?}");
+    assert_eq!(hooks.len(), 3, "{hooks:?}");
     for hook in hooks {
         assert_eq!(hook["hookName"], "createContainer");
         assert_eq!(hook["path"], json!(hook_path));
@@ -130,6 +130,11 @@ fn generated_spec_describes_the_fake_driver() {
             "--cuda-compat-above",
             "999.88.77"
         ])
+    );
+    // the /proc/driver/nvidia mask, reading the GPUs under the configured proc root
+    assert_eq!(
+        hooks[2]["args"],
+        json!(["nvc-hook", "cdi-mask-proc", "--proc-root", h.fake.proc_root])
     );
 
     // the YAML form holds the same spec
