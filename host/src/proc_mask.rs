@@ -191,7 +191,7 @@ mod tests {
         std::fs::create_dir_all(rootfs.join("proc")).unwrap();
         rustix::mount::mount(
             "proc",
-            &rootfs.join("proc"),
+            rootfs.join("proc"),
             "proc",
             rustix::mount::MountFlags::empty(),
             None,
@@ -288,7 +288,7 @@ mod tests {
             std::fs::create_dir_all(tmpfs.join("proc")).unwrap();
             rustix::mount::mount(
                 "tmpfs",
-                &tmpfs.join("proc"),
+                tmpfs.join("proc"),
                 "tmpfs",
                 rustix::mount::MountFlags::empty(),
                 None,

@@ -502,7 +502,8 @@ mod tests {
             gpu("0000:08:00.0", 3),
         ];
         let dev = |path: &str, major: u32, minor: u32| (PathBuf::from(path), major, minor);
-        let cases: Vec<(&str, Vec<(PathBuf, u32, u32)>, Vec<&str>)> = vec![
+        type Devices = Vec<(PathBuf, u32, u32)>;
+        let cases: Vec<(&str, Devices, Vec<&str>)> = vec![
             ("none", vec![], vec![]),
             (
                 "one GPU and the control nodes",

@@ -111,7 +111,7 @@ pub struct CdiDeviceNode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CdiHookEntry {
-    /// The OCI stage, [`HOOK_STAGE`].
+    /// The OCI stage, [`HOOK_STAGE`](super::HOOK_STAGE).
     pub hook_name: String,
     /// The executable, absolute, on the host.
     pub path: String,
