@@ -43,8 +43,9 @@
 //! from the container's environment or files.
 //!
 //! crun runs `createContainer` hooks in the container's mount namespace too, after its
-//! mounts and before the pivot, as runc does (and, before 1.26, after it made a read-only
-//! rootfs read-only, which the mask does not mind: it writes nothing there). A crun built
+//! mounts and before the pivot, as runc does (and, until its pull request #1925, after it
+//! made a read-only rootfs read-only, which the mask does not mind: it writes nothing
+//! there). A crun built
 //! between its pull requests #2094 and #2168 ran them before any mount, `/proc`
 //! included. There the container's `/proc` is still the image's folder when the hook
 //! runs and a fresh procfs, the host's whole `/proc/driver/nvidia`, comes after it: the
@@ -173,9 +174,13 @@ pub fn mask_proc(
     }
 }
 
-/// Whether a mount destination of the spec is the container's `/proc`.
+/// Whether a mount destination of the spec is the container's `/proc` (runc takes a
+/// relative destination as relative to `/`).
 fn is_proc(destination: &Path) -> bool {
-    destination.components().eq(Path::new("/proc").components())
+    Path::new("/")
+        .join(destination)
+        .components()
+        .eq(Path::new("/proc").components())
 }
 
 /// Does `hook`'s work in the container of `view` (its spec) whose rootfs is `root`.
@@ -410,6 +415,21 @@ mod tests {
         ];
         for (name, want) in cases {
             assert_eq!(so_version_parts(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn proc_destinations() {
+        for (destination, want) in [
+            ("/proc", true),
+            ("/proc/", true),
+            ("proc", true),
+            ("//proc", true),
+            ("/proc/driver", false),
+            ("/sys", false),
+            ("/", false),
+        ] {
+            assert_eq!(is_proc(Path::new(destination)), want, "{destination}");
         }
     }
 
