@@ -48,7 +48,7 @@ trap 'rm -rf "$stage"' EXIT
 root="$stage/root"
 doc="$root/usr/share/doc/nvc"
 install -d "$root/DEBIAN" "$root/usr/bin" "$root/etc/nvc" "$doc" \
-    "$root/usr/share/containers/oci/hooks.d"
+    "$root/usr/share/containers/oci/hooks.d" "$root/usr/lib/systemd/system"
 
 # Binaries, stripped as dh_strip would. (`docker run --gpus` needs a link named
 # nvidia-container-runtime-hook: `nvc runtime configure --runtime docker --gpus-alias`
@@ -79,6 +79,12 @@ cat >"$root/usr/share/containers/oci/hooks.d/oci-nvc-hook.json" <<'EOF'
   "stages": ["prestart"]
 }
 EOF
+
+# The CDI refresh: /var/run/cdi/nvidia.yaml rewritten at boot and when the driver
+# changes (postinst enables the units).
+for unit in nvc-cdi-refresh.service nvc-cdi-refresh.path; do
+    install -m 0644 "$repo/packaging/systemd/$unit" "$root/usr/lib/systemd/system/$unit"
+done
 
 # Documentation: the README and every command's --help, man-page style.
 install -m 0644 "$repo/README.md" "$doc/README.md"
@@ -116,9 +122,11 @@ help_tree() {
 } >"$doc/nvc.txt"
 chmod 0644 "$doc/nvc.txt"
 
-# Maintainer scripts: on removal, take nvc out of the engines' configs again.
-install -m 0755 "$repo/packaging/deb/prerm" "$root/DEBIAN/prerm"
-install -m 0755 "$repo/packaging/deb/postrm" "$root/DEBIAN/postrm"
+# Maintainer scripts: the CDI refresh's units enabled and started; on removal, nvc taken
+# out of the engines' configs again and the units stopped.
+for script in postinst prerm postrm; do
+    install -m 0755 "$repo/packaging/deb/$script" "$root/DEBIAN/$script"
+done
 echo "/etc/nvc/config.toml" >"$root/DEBIAN/conffiles"
 
 # The newest glibc symbol version the binaries use, as dpkg-shlibdeps would find it.
@@ -145,7 +153,8 @@ Description: GPUs for OCI containers
  NVIDIA driver: its libraries, tools, firmware and /dev/nvidia* nodes. It does
  the job of the NVIDIA Container Toolkit: nvc-runtime is a runc-compatible
  runtime, nvc-hook an OCI prestart hook, and \`nvc runtime configure\` registers
- them with an engine.
+ them with an engine. nvc-cdi-refresh keeps a CDI spec of the GPUs in
+ /var/run/cdi for CDI-aware engines.
 EOF
 
 deb="$out_dir/nvc_${version}_amd64.deb"

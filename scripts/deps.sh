@@ -19,6 +19,8 @@ have dockerd || [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || need+=(busybox-static)
 # The CDI tests: a real CDI consumer (Debian 12's podman 4.3), run against runc.
 have podman || need+=(podman)
+# The .deb test checks the CDI refresh's units with systemd-analyze verify.
+have systemd-analyze || need+=(systemd)
 # Newer Debian's engines (tests/tests/engines/): a Debian 13 root made by debootstrap,
 # never installed over Debian 12's libc.
 have debootstrap || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)

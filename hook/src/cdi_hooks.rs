@@ -1,6 +1,7 @@
-//! `nvc-hook cdi-links` and `nvc-hook update-ldcache`: the `createContainer` hooks that
-//! nvc's CDI spec asks the engine to run (see `libnvc::cdi::hooks`, which says why they
-//! work on the rootfs path in the namespace they start in, and never enter another).
+//! `nvc-hook cdi-links`, `nvc-hook update-ldcache` and `nvc-hook cdi-mask-proc`: the
+//! `createContainer` hooks that nvc's CDI spec asks the engine to run (see
+//! `libnvc::cdi::hooks` and `nvc_host::cdi_hooks`, which say why they work on the rootfs
+//! path in the namespace they start in, and never enter another).
 
 use std::process::ExitCode;
 

@@ -1,6 +1,6 @@
-//! Runs the hooks a CDI spec asks the engine to run (`nvc-hook cdi-links` and
-//! `nvc-hook update-ldcache`; their arguments are [`libnvc::cdi::hooks::CdiHook`]).
-//!
+//! Runs the hooks a CDI spec asks the engine to run (`nvc-hook cdi-links`,
+//! `nvc-hook update-ldcache` and `nvc-hook cdi-mask-proc`; their arguments are
+//! [`libnvc::cdi::hooks::CdiHook`]).
 //!
 //! # The stage, and why it is safe
 //!
@@ -29,16 +29,44 @@
 //! size bound and parsed by a bounded parser. Nothing from the image is executed (no
 //! `ldconfig`), no ELF file of the image is parsed, and the hook's environment is the
 //! spec's fixed `PATH`.
+//!
+//! # `cdi-mask-proc`
+//!
+//! At this stage two procfs are in reach: the hook's own `/proc`, the host's procfs (the
+//! new mount namespace is a copy of the runtime's), and the container's new one, which
+//! runc mounted at `<rootfs>/proc` among the spec's mounts. The mask ([`ProcMask`], the
+//! prestart hook's own) is read from the first, `<proc root>/driver/nvidia` with the
+//! `--proc-root` the spec names, and goes onto the second, opened through the rootfs and
+//! checked to be a procfs mount. Which GPU folders it shows comes from the bundle's
+//! `config.json`, which the engine wrote: its `linux.devices`, matched by device number
+//! with the host's `gpus/<bus>/information` ([`libnvc::cdi::hooks::visible_gpus`]), never
+//! from the container's environment or files.
+//!
+//! crun runs `createContainer` hooks in the container's mount namespace too, after its
+//! mounts and before the pivot, as runc does (and, until its pull request #1925, after it
+//! made a read-only rootfs read-only, which the mask does not mind: it writes nothing
+//! there). A crun built
+//! between its pull requests #2094 and #2168 ran them before any mount, `/proc`
+//! included. There the container's `/proc` is still the image's folder when the hook
+//! runs and a fresh procfs, the host's whole `/proc/driver/nvidia`, comes after it: the
+//! hook refuses the container ([`CdiHookError::ProcNotMounted`]) rather than let it
+//! start unmasked. A `/proc` that is a mount of anything but a procfs, or a link, is
+//! refused as the prestart hook refuses it; a container whose spec mounts nothing at
+//! `/proc` has only the image's folder there, and is left alone.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use libnvc::cdi::hooks::{CdiHook, HookArgsError};
+use libnvc::cdi::hooks::{self, CdiHook, HookArgsError};
+use libnvc::discover::{proc, DiscoverError};
 use libnvc::ldcache::{self, CacheArch, Entry};
-use libnvc::oci::spec::{self, SpecError};
+use libnvc::oci::spec::{self, SpecError, SpecView};
+use log::info;
 use serde::Deserialize;
 
 use crate::container::{ContainerRoot, FileKind, FsError};
+use crate::probe::RealHost;
+use crate::proc_mask::{Masked, ProcMask};
 
 /// The most entries read from one library folder.
 const MAX_DIR_ENTRIES: usize = 1 << 16;
@@ -68,6 +96,21 @@ pub enum CdiHookError {
     /// The container's ld.so.cache could not be updated.
     #[error(transparent)]
     LdCache(#[from] crate::ldcache::UpdateError),
+    /// The host's GPUs could not be read from its `/proc/driver/nvidia`.
+    #[error("cannot read the host's GPUs to mask the container's /proc/driver/nvidia")]
+    HostGpus(#[source] DiscoverError),
+    /// The spec mounts a procfs at `/proc`, but none is there yet: the runtime ran the
+    /// hook before its mounts.
+    #[error(
+        "the container's /proc is not mounted yet ({rootfs}/proc is the image's folder), so \
+         its /proc/driver/nvidia cannot be masked: the OCI runtime ran the createContainer \
+         hook before the container's mounts (crun between its changes #2094 and #2168 \
+         does); use runc or a crun that runs createContainer hooks after the mounts"
+    )]
+    ProcNotMounted {
+        /// The rootfs.
+        rootfs: PathBuf,
+    },
 }
 
 #[derive(Deserialize)]
@@ -75,29 +118,76 @@ struct State {
     bundle: PathBuf,
 }
 
-/// The container's rootfs, as a host path, from the OCI state a hook reads on stdin:
-/// `root.path` of the bundle's config.json, joined to the bundle when relative.
-pub fn rootfs_from_state(state: &[u8]) -> Result<PathBuf, CdiHookError> {
+/// The container's spec, as nvc reads it, from the OCI state a hook reads on stdin: the
+/// bundle's config.json (`rootfs`: `root.path`, joined to the bundle when relative).
+pub fn view_from_state(state: &[u8]) -> Result<SpecView, CdiHookError> {
     let state: State = serde_json::from_slice(state).map_err(CdiHookError::State)?;
     if !state.bundle.is_absolute() {
         return Err(CdiHookError::RelativeBundle(state.bundle));
     }
-    let config = spec::read_spec(&crate::probe::RealHost, &state.bundle.join("config.json"))?;
-    Ok(spec::view(&config, &state.bundle)?.rootfs)
+    let config = spec::read_spec(&RealHost, &state.bundle.join("config.json"))?;
+    Ok(spec::view(&config, &state.bundle)?)
+}
+
+/// The container's rootfs, as a host path, from the OCI state a hook reads on stdin.
+pub fn rootfs_from_state(state: &[u8]) -> Result<PathBuf, CdiHookError> {
+    Ok(view_from_state(state)?.rootfs)
 }
 
 /// Does `hook`'s work in the container that `state` (the OCI state on the hook's stdin)
 /// describes; see the module's documentation for the stage this must run in.
 pub fn run(hook: &CdiHook, state: &[u8]) -> Result<(), CdiHookError> {
-    let rootfs = rootfs_from_state(state)?;
-    let root = ContainerRoot::open(&rootfs)?;
-    run_in(hook, &root)
+    let view = view_from_state(state)?;
+    let root = ContainerRoot::open(&view.rootfs)?;
+    run_in(hook, &view, &root)
 }
 
-/// Does `hook`'s work in the container whose rootfs is `root`. Running it again changes
-/// nothing.
-pub fn run_in(hook: &CdiHook, root: &ContainerRoot) -> Result<(), CdiHookError> {
+/// Masks the container's `/proc/driver/nvidia` (the container of `view`, whose rootfs is
+/// `root`) to the GPUs of its `linux.devices`, reading the host's under `proc_root`.
+pub fn mask_proc(
+    proc_root: &Path,
+    view: &SpecView,
+    root: &ContainerRoot,
+) -> Result<(), CdiHookError> {
+    let nvidia = proc_root.join("driver/nvidia");
+    let gpus = proc::read_gpus(&RealHost, &nvidia).map_err(CdiHookError::HostGpus)?;
+    let devices = libnvc::probe::read_text(&RealHost, &proc_root.join("devices")).ok();
+    let major = hooks::gpu_major(devices.as_deref());
+    let visible = hooks::visible_gpus(&gpus, major, &view.devices);
+    let Some(mask) = ProcMask::prepare(&nvidia, &visible)? else {
+        info!("{} does not exist: nothing to mask", nvidia.display());
+        return Ok(());
+    };
+    match mask.apply(root)? {
+        Masked::NoProcfs if view.mount_destinations.iter().any(|d| is_proc(d)) => {
+            Err(CdiHookError::ProcNotMounted {
+                rootfs: view.rootfs.clone(),
+            })
+        }
+        masked => {
+            info!(
+                "{}/proc/driver/nvidia: {masked:?}, showing GPUs {visible:?}",
+                view.rootfs.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Whether a mount destination of the spec is the container's `/proc` (runc takes a
+/// relative destination as relative to `/`).
+fn is_proc(destination: &Path) -> bool {
+    Path::new("/")
+        .join(destination)
+        .components()
+        .eq(Path::new("/proc").components())
+}
+
+/// Does `hook`'s work in the container of `view` (its spec) whose rootfs is `root`.
+/// Running a `cdi-links` or `update-ldcache` hook again changes nothing.
+pub fn run_in(hook: &CdiHook, view: &SpecView, root: &ContainerRoot) -> Result<(), CdiHookError> {
     match hook {
+        CdiHook::MaskProc { proc_root } => mask_proc(proc_root, view, root),
         CdiHook::Links(links) => {
             for link in links {
                 root.symlink(&link.link, &link.target)?;
@@ -267,11 +357,13 @@ mod tests {
             compat_above: None,
         };
         let root = ContainerRoot::open(&rootfs).unwrap();
-        run_in(&links, &root).unwrap();
-        run_in(&ldcache, &root).unwrap();
+        let view =
+            spec::view(&serde_json::json!({"root": {"path": "rootfs"}}), dir.path()).unwrap();
+        run_in(&links, &view, &root).unwrap();
+        run_in(&ldcache, &view, &root).unwrap();
         let first = std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap();
-        run_in(&links, &root).unwrap();
-        run_in(&ldcache, &root).unwrap();
+        run_in(&links, &view, &root).unwrap();
+        run_in(&ldcache, &view, &root).unwrap();
         assert_eq!(
             std::fs::read(rootfs.join("etc/ld.so.cache")).unwrap(),
             first
@@ -323,6 +415,21 @@ mod tests {
         ];
         for (name, want) in cases {
             assert_eq!(so_version_parts(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn proc_destinations() {
+        for (destination, want) in [
+            ("/proc", true),
+            ("/proc/", true),
+            ("proc", true),
+            ("//proc", true),
+            ("/proc/driver", false),
+            ("/sys", false),
+            ("/", false),
+        ] {
+            assert_eq!(is_proc(Path::new(destination)), want, "{destination}");
         }
     }
 

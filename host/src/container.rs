@@ -44,7 +44,7 @@ mod submount;
 mod walk;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;

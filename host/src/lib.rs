@@ -6,7 +6,8 @@
 //!   driver's libcuda and NVML loaded to ask them what they are;
 //! - [`container`]: the container's rootfs, opened once and resolved inside, mounts and
 //!   `setns`; [`setup`] sets a live container up from its prestart hook,
-//!   [`cdi_hooks`] runs the CDI spec's hooks, both through the one [`ldcache::update`];
+//!   [`cdi_hooks`] runs the CDI spec's hooks, both through the one [`ldcache::update`]
+//!   and the one [`proc_mask::ProcMask`];
 //! - [`cgroup`] and [`devcgroup`]: the container's device cgroup (v1 file, v2 programs);
 //! - [`files`]: the one atomic file writer, [`logging`]: the log file, [`deadline`]: the
 //!   hook's alarm.
@@ -23,6 +24,7 @@ pub mod files;
 pub mod ldcache;
 pub mod logging;
 pub mod probe;
+pub mod proc_mask;
 pub mod setup;
 
 /// Why a driver library could not answer.

@@ -14,7 +14,6 @@
 //! ld.so.cache is mounted over the image's.
 
 use std::collections::BTreeMap;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::{Driver, LibClass};
@@ -24,6 +23,7 @@ use log::{debug, info, warn};
 
 use crate::container::{self, ContainerRoot, DetachedMount, Filesystem, FsError, MountAttrs};
 use crate::devcgroup::{self, CharDevice, DeviceCgroup};
+use crate::proc_mask::ProcMask;
 
 /// What the hook knows about the container besides the edits.
 #[derive(Debug, Clone)]
@@ -132,7 +132,7 @@ pub fn set_up(
         }
         _ => None,
     };
-    let proc_mask = ProcMask::prepare(driver, planned)?;
+    let proc_mask = ProcMask::prepare(&driver.roots.nvidia_proc(), &planned.visible_gpus)?;
 
     // Phase 2, the container's mount namespace.
     container::enter_mount_namespace(target.pid)?;
@@ -189,7 +189,9 @@ pub fn set_up(
         }
     }
     if let Some(mask) = proc_mask {
-        mask.apply(&root)?;
+        // No procfs, or none with the driver's folder: nothing of the host to hide.
+        let masked = mask.apply(&root)?;
+        debug!("/proc/driver/nvidia: {masked:?}");
     }
     if target.update_ldcache && !edits.ldcache_dirs.is_empty() {
         update_ldcache(&root, driver, &edits)?;
@@ -273,103 +275,6 @@ fn link_sources(edits: &ContainerEdits) -> Vec<(PathBuf, PathBuf)> {
         }
     }
     out
-}
-
-/// The replacement for the container's `/proc/driver/nvidia`: a read-only tmpfs with
-/// the driver's version and params (device-file creation turned off, so the driver in
-/// the container never makes nodes) and only the selected GPUs' folders.
-struct ProcMask {
-    files: Vec<(String, Vec<u8>)>,
-    gpus: Vec<(String, DetachedMount)>,
-}
-
-impl ProcMask {
-    /// Reads what the mask shows, in the host namespace, from the configured proc root.
-    /// `None` when it has no `driver/nvidia`. Whether the container's procfs has a
-    /// `/proc/driver/nvidia` to mask is [`ProcMask::apply`]'s to find out.
-    fn prepare(driver: &Driver, edits: &ContainerEdits) -> Result<Option<ProcMask>, SetupError> {
-        let nvidia = driver.roots.nvidia_proc();
-        if !nvidia.is_dir() {
-            return Ok(None);
-        }
-        let mut files = Vec::new();
-        for name in ["version", "registry", "params"] {
-            let Ok(mut data) = std::fs::read(nvidia.join(name)) else {
-                continue;
-            };
-            if name == "params" {
-                data = String::from_utf8_lossy(&data)
-                    .lines()
-                    .map(|l| {
-                        if l.starts_with("ModifyDeviceFiles:") {
-                            "ModifyDeviceFiles: 0".to_string()
-                        } else {
-                            l.to_string()
-                        }
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-                    .into_bytes();
-                data.push(b'\n');
-            }
-            files.push((name.to_string(), data));
-        }
-        let mut gpus = Vec::new();
-        for bus in &edits.visible_gpus {
-            let dir = nvidia.join("gpus").join(bus);
-            let ro = MountAttrs {
-                readonly: true,
-                nosuid: true,
-                nodev: true,
-                noexec: true,
-            };
-            gpus.push((bus.clone(), DetachedMount::bind(&dir, ro)?));
-        }
-        Ok(Some(ProcMask { files, gpus }))
-    }
-
-    /// Mounts the mask over the container's `/proc/driver/nvidia`, when it has one: on the
-    /// runtime's procfs, checked to be one.
-    fn apply(self, root: &ContainerRoot) -> Result<(), SetupError> {
-        let Some(proc) = root.submount(Path::new("/proc"), Filesystem::Procfs)? else {
-            return Ok(());
-        };
-        let target = Path::new("/driver/nvidia");
-        if !proc.is_dir(target) {
-            return Ok(());
-        }
-        let tmpfs = DetachedMount::tmpfs(1 << 20, 0o555)?;
-        for (name, data) in &self.files {
-            container::write_at(tmpfs.dir_fd(), name, data, 0o444)?;
-        }
-        let gpus_dir = container::mkdir_at(tmpfs.dir_fd(), "gpus", 0o555)?;
-        for (bus, _) in &self.gpus {
-            container::mkdir_at(gpus_dir.as_fd(), bus, 0o555)?;
-        }
-        // Read-only before it is visible; the GPU folders are mounted onto its
-        // (existing) directories afterwards, which a read-only file system allows.
-        tmpfs.set_attrs(MountAttrs {
-            readonly: true,
-            nosuid: true,
-            nodev: true,
-            noexec: true,
-        })?;
-        let point = proc.dir_mount_point(target, 0o555)?;
-        proc.attach(tmpfs, &point, target)?;
-        if self.gpus.is_empty() {
-            return Ok(());
-        }
-        // The GPU folders go onto the mask's own (private) tmpfs.
-        let Some(mask) = proc.submount(target, Filesystem::Tmpfs)? else {
-            return Ok(());
-        };
-        for (bus, src) in self.gpus {
-            let path = Path::new("/gpus").join(&bus);
-            let point = mask.dir_mount_point(&path, 0o555)?;
-            mask.attach(src, &point, &path)?;
-        }
-        Ok(())
-    }
 }
 
 /// Cache flags for a library class.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks, in one call (under 10 minutes): the validation
-# report (validate.py), the runc end-to-end checks (e2e.sh), hostile images
+# report (validate.py), the runc end-to-end checks (e2e.sh), the CDI spec in runc
+# containers (cdi.sh), hostile images
 # against the real driver (hostile.sh), discovery against nvidia-smi
 # (discovery.sh) and the start-time benchmark with the real driver (nvc-bench --real).
 # Needs .device-carry/ from tests/gpu/prepare.sh. Usage: tests/gpu/run-all.sh OUT_DIR
@@ -14,6 +15,7 @@ status=0
 python3 tests/gpu/validate.py --out "$tmp/validate" --reps 5 --starts 20 >"$out/validate.log" 2>&1 || status=1
 cp "$tmp/validate/gpu-validation.md" "$out/" 2>/dev/null
 bash tests/gpu/e2e.sh "$tmp/e2e" >"$out/e2e.txt" 2>&1 || status=1
+bash tests/gpu/cdi.sh "$tmp/cdi" >"$out/cdi.txt" 2>&1 || status=1
 bash tests/gpu/hostile.sh "$tmp/hostile" >"$out/hostile.txt" 2>&1 || status=1
 bash tests/gpu/discovery.sh .device-carry/bin "$tmp/discovery" >"$out/discovery.txt" 2>&1 || status=1
 if [ -x .device-carry/bin/nvc-bench ]; then
@@ -22,5 +24,5 @@ if [ -x .device-carry/bin/nvc-bench ]; then
         >"$out/bench.txt" 2>&1 || status=1
     cp docs/performance.md "$out/performance.md"
 fi
-tail -n 3 "$out/validate.log" "$out/e2e.txt" "$out/hostile.txt" "$out/discovery.txt" "$out/bench.txt" 2>/dev/null
+tail -n 3 "$out/validate.log" "$out/e2e.txt" "$out/cdi.txt" "$out/hostile.txt" "$out/discovery.txt" "$out/bench.txt" 2>/dev/null
 exit $status

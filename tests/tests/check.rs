@@ -558,6 +558,11 @@ fn cdi_spec(host: &Host, uuids: &[String]) -> Value {
                 "containerPath": "/usr/lib/x86_64-linux-gnu/libcuda.so.999.88.77",
                 "options": ["ro", "nosuid", "nodev", "bind"],
             }],
+            "hooks": [{
+                "hookName": "createContainer",
+                "path": workspace_bin("nvc-hook"),
+                "args": ["nvc-hook", "cdi-mask-proc", "--proc-root", host.fake.proc_root],
+            }],
         }
     })
 }
@@ -627,14 +632,38 @@ fn cdi_specs_are_compared_with_the_host() {
             other_tree.display()
         )],
     );
+    // Without the /proc/driver/nvidia mask (an older nvc's spec), or with one that reads
+    // another proc root.
+    let mut spec = cdi_spec(&host, &uuids);
+    spec["containerEdits"]["hooks"] = json!([]);
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    host.check(&[]).assert_row(
+        "CDI spec",
+        "!",
+        &["has no cdi-mask-proc hook, so its containers see every GPU in /proc/driver/nvidia"],
+    );
+    let mut spec = cdi_spec(&host, &uuids);
+    spec["containerEdits"]["hooks"][0]["args"][3] = json!("/proc");
+    std::fs::write(&spec_path, spec.to_string()).unwrap();
+    host.check(&[]).assert_row(
+        "CDI spec",
+        "!",
+        &[&format!(
+            "its cdi-mask-proc hook reads the GPUs under /proc, this host's proc root is {}",
+            host.fake.proc_root.display()
+        )],
+    );
     let mut spec = cdi_spec(&host, &uuids);
     spec["containerEdits"]["mounts"][0]["hostPath"] = json!(older);
-    spec["containerEdits"]["hooks"] = json!([{
-        "hookName": "createContainer",
-        "path": workspace_bin("nvc-hook"),
-        "args": ["nvc-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu",
-                 "--cuda-compat-above", "470.42.01"],
-    }]);
+    spec["containerEdits"]["hooks"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({
+            "hookName": "createContainer",
+            "path": workspace_bin("nvc-hook"),
+            "args": ["nvc-hook", "update-ldcache", "--folder", "/usr/lib/x86_64-linux-gnu",
+                     "--cuda-compat-above", "470.42.01"],
+        }));
     std::fs::write(&spec_path, spec.to_string()).unwrap();
     host.check(&[]).assert_row(
         "CDI spec",

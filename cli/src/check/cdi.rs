@@ -1,10 +1,12 @@
 //! CDI specs for `nvidia.com/gpu`: found in the CDI folders (JSON and YAML), and compared
 //! with what discovery finds (GPU UUIDs, device node numbers, the host files they mount,
-//! the hooks they run).
+//! the hooks they run, among them the `/proc/driver/nvidia` mask `nvc cdi generate` adds
+//! wherever there are GPUs).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use libnvc::cdi::hooks;
 use libnvc::discover::Driver;
 use libnvc::report::error_chain;
 use serde_json::Value;
@@ -261,6 +263,7 @@ pub fn stale_reasons(spec: &Value, driver: &Driver) -> Vec<String> {
     }
     let mut hooks = Vec::new();
     collect_key(spec, "hooks", &mut hooks);
+    let mut masks_proc = false;
     for h in hooks
         .iter()
         .flat_map(|v| v.as_array().into_iter().flatten())
@@ -293,6 +296,27 @@ pub fn stale_reasons(spec: &Value, driver: &Driver) -> Vec<String> {
                 ));
             }
         }
+        // The /proc/driver/nvidia mask reads the host's GPUs under the proc root it names.
+        if let Some(root) = hooks::mask_proc_root(&args) {
+            masks_proc = true;
+            if root != driver.roots.proc_root {
+                reasons.push(format!(
+                    "its cdi-mask-proc hook reads the GPUs under {}, this host's proc root \
+                     is {}",
+                    show(&root),
+                    show(&driver.roots.proc_root)
+                ));
+            }
+        }
+    }
+    // What `nvc cdi generate` adds wherever it finds GPUs: without it, a container sees
+    // every GPU's /proc/driver/nvidia folder and may make device nodes.
+    if !masks_proc && !driver.gpus.is_empty() {
+        reasons.push(
+            "has no cdi-mask-proc hook, so its containers see every GPU in \
+             /proc/driver/nvidia (made by an older nvc)"
+                .to_string(),
+        );
     }
     reasons
 }

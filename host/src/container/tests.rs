@@ -58,7 +58,7 @@ fn raw_stderr(message: &str) {
 
 /// Runs `body` in a forked child in a private mount namespace of its own (see the module
 /// doc) and fails if the child fails or runs past five minutes.
-fn in_child(what: &str, body: impl FnOnce()) {
+pub(crate) fn in_child(what: &str, body: impl FnOnce()) {
     need_root(what);
     // SAFETY: the child runs only this test's code: it never touches locks other harness
     // threads may have held at fork (it writes failures with raw write(2), and glibc's

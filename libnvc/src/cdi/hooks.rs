@@ -1,7 +1,9 @@
 //! The hooks a CDI spec asks the engine to run: `nvc-hook cdi-links` (the driver's soname
-//! links) and `nvc-hook update-ldcache` (the container's ld.so.cache). Their arguments
-//! say everything they do; [`CdiHook::args`] writes them and [`CdiHook::from_args`]
-//! reads them back.
+//! links), `nvc-hook update-ldcache` (the container's ld.so.cache) and `nvc-hook
+//! cdi-mask-proc` (the container's `/proc/driver/nvidia` masked to its GPUs, as the
+//! prestart hook masks it). Their arguments say everything they do; [`CdiHook::args`]
+//! writes them and [`CdiHook::from_args`] reads them back. Which GPUs `cdi-mask-proc`
+//! shows is [`visible_gpus`]'s decision, from the container's `linux.devices`.
 //!
 //! # The stage, and why it is safe
 //!
@@ -30,20 +32,35 @@
 //! size bound and parsed by a bounded parser. Nothing from the image is executed (no
 //! `ldconfig`), no ELF file of the image is parsed, and the hook's environment is the
 //! spec's fixed `PATH`.
+//!
+//! `cdi-mask-proc` reads nothing the image controls: the GPUs come from the spec's
+//! `linux.devices` (which the engine writes from the CDI devices asked for) and the
+//! host's `/proc/driver/nvidia`, read through the hook's own `/proc`, which at this stage
+//! is still the host's; the mask goes onto the container's new procfs at
+//! `<rootfs>/proc`, checked to be one. `nvc_host::cdi_hooks` says what it does where a
+//! runtime runs the stage differently (crun).
 
 use std::path::PathBuf;
 
 use super::CdiError;
+use crate::discover::proc::{parse_char_majors, ProcGpu};
 use crate::version::Version;
 
 /// The mode that makes symbolic links.
 pub const LINKS_MODE: &str = "cdi-links";
 /// The mode that updates the ld.so.cache.
 pub const LDCACHE_MODE: &str = "update-ldcache";
+/// The mode that masks `/proc/driver/nvidia`.
+pub const MASK_PROC_MODE: &str = "cdi-mask-proc";
 /// `args[0]` of every hook.
 pub const ARGV0: &str = "nvc-hook";
 /// The flag that passes the host driver's version for CUDA forward compatibility.
 const COMPAT_FLAG: &str = "--cuda-compat-above";
+/// The flag that names the host's proc root, whose `driver/nvidia` the mask shows.
+const PROC_ROOT_FLAG: &str = "--proc-root";
+/// The major of `/dev/nvidia<N>` when `/proc/devices` does not say (the driver's fixed
+/// one, as discovery assumes).
+const NVIDIA_MAJOR: u32 = 195;
 
 /// A symbolic link to make: `link` (absolute, in the container) pointing to `target`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +115,14 @@ pub enum CdiHook {
         /// The host driver's version, above which the image's compat libraries win.
         compat_above: Option<Version>,
     },
+    /// `cdi-mask-proc --proc-root <dir>`: mount over the container's
+    /// `/proc/driver/nvidia` a read-only copy of `<dir>/driver/nvidia` that shows only the
+    /// GPUs of the container's `linux.devices` and `ModifyDeviceFiles: 0`.
+    MaskProc {
+        /// The host's proc root (`/proc`; elsewhere for a driver tree that is not the
+        /// host's own).
+        proc_root: PathBuf,
+    },
 }
 
 /// Hook arguments that are not what the spec writes.
@@ -126,15 +151,24 @@ pub enum HookArgsError {
     /// A `--cuda-compat-above` that is no driver version.
     #[error("invalid driver version {0:?} for --cuda-compat-above")]
     BadVersion(String),
+    /// A `--proc-root` that is not an absolute path.
+    #[error("proc root {0:?} is not an absolute path on the host")]
+    BadProcRoot(String),
+    /// A flag the mode needs once, missing or repeated.
+    #[error("{flag} must be given once")]
+    Once {
+        /// The flag.
+        flag: &'static str,
+    },
     /// A mode that is not a CDI hook's.
-    #[error("unknown CDI hook mode {0:?} (expected cdi-links or update-ldcache)")]
+    #[error("unknown CDI hook mode {0:?} (expected cdi-links, update-ldcache or cdi-mask-proc)")]
     Mode(String),
 }
 
 impl CdiHook {
     /// Whether `mode` (`argv[1]`) is one of these hooks'.
     pub fn is_mode(mode: &str) -> bool {
-        mode == LINKS_MODE || mode == LDCACHE_MODE
+        [LINKS_MODE, LDCACHE_MODE, MASK_PROC_MODE].contains(&mode)
     }
 
     /// The mode, `argv[1]`.
@@ -142,6 +176,7 @@ impl CdiHook {
         match self {
             CdiHook::Links(_) => LINKS_MODE,
             CdiHook::UpdateLdcache { .. } => LDCACHE_MODE,
+            CdiHook::MaskProc { .. } => MASK_PROC_MODE,
         }
     }
 
@@ -173,6 +208,15 @@ impl CdiHook {
                     args.push(version.to_string());
                 }
             }
+            CdiHook::MaskProc { proc_root } => {
+                args.push(PROC_ROOT_FLAG.to_string());
+                args.push(
+                    proc_root
+                        .to_str()
+                        .ok_or_else(|| CdiError::NotUtf8(proc_root.clone()))?
+                        .to_string(),
+                );
+            }
         }
         Ok(args)
     }
@@ -186,6 +230,7 @@ impl CdiHook {
                 &["--folder", COMPAT_FLAG],
                 "--folder <dir> and --cuda-compat-above <driver version>",
             ),
+            MASK_PROC_MODE => (MASK_PROC_MODE, &[PROC_ROOT_FLAG], "--proc-root <dir>"),
             other => return Err(HookArgsError::Mode(other.to_string())),
         };
         let mut values: Vec<(&'static str, String)> = Vec::new();
@@ -214,6 +259,18 @@ impl CdiHook {
                 .collect::<Result<_, _>>()?;
             return Ok(CdiHook::Links(links));
         }
+        if mode == MASK_PROC_MODE {
+            let [(_, root)] = values.as_slice() else {
+                return Err(HookArgsError::Once {
+                    flag: PROC_ROOT_FLAG,
+                });
+            };
+            let proc_root = PathBuf::from(root);
+            if !proc_root.is_absolute() {
+                return Err(HookArgsError::BadProcRoot(root.clone()));
+            }
+            return Ok(CdiHook::MaskProc { proc_root });
+        }
         let mut folders = Vec::new();
         let mut compat_above = None;
         for (flag, v) in values {
@@ -234,6 +291,51 @@ impl CdiHook {
             folders,
             compat_above,
         })
+    }
+}
+
+/// The major of the GPUs' device nodes, from the host's `/proc/devices` (`None` when it
+/// could not be read): the `nvidia` character device, else the driver's fixed 195.
+pub fn gpu_major(proc_devices: Option<&str>) -> u32 {
+    proc_devices
+        .and_then(|text| parse_char_majors(text).get("nvidia").copied())
+        .unwrap_or(NVIDIA_MAJOR)
+}
+
+/// The bus ids of the GPUs a container was given, in `gpus`' order: those among `gpus`
+/// (the host's, from its `/proc/driver/nvidia/gpus/<bus>/information`) whose device node
+/// `<gpu_major>:<Device Minor>` is among `devices`, the container's `linux.devices` as
+/// `(path, major, minor)`. The engine writes those from the CDI devices the container
+/// asked for (a MIG device brings its parent GPU's node); the path is not looked at, so
+/// a node the engine named otherwise is still its GPU, and nothing the image holds
+/// counts.
+pub fn visible_gpus(
+    gpus: &[ProcGpu],
+    gpu_major: u32,
+    devices: &[(PathBuf, u32, u32)],
+) -> Vec<String> {
+    gpus.iter()
+        .filter(|g| {
+            devices
+                .iter()
+                .any(|(_, major, minor)| *major == gpu_major && *minor == g.minor)
+        })
+        .map(|g| g.bus_id.clone())
+        .collect()
+}
+
+/// The `--proc-root` of a `cdi-mask-proc` hook's argv (`args[0]` included), when it is
+/// one: what `nvc check` compares with the host's proc root.
+pub fn mask_proc_root(args: &[&str]) -> Option<PathBuf> {
+    match args {
+        [_, mode, rest @ ..] if *mode == MASK_PROC_MODE => {
+            let rest: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
+            match CdiHook::from_args(mode, &rest) {
+                Ok(CdiHook::MaskProc { proc_root }) => Some(proc_root),
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 
@@ -268,6 +370,9 @@ mod tests {
             CdiHook::UpdateLdcache {
                 folders: vec!["/usr/lib64".into()],
                 compat_above: Some("580.159.04".parse().unwrap()),
+            },
+            CdiHook::MaskProc {
+                proc_root: "/proc".into(),
             },
         ];
         for hook in hooks {
@@ -330,10 +435,133 @@ mod tests {
                 "unknown argument \"/usr/lib\"",
             ),
             ("prestart", &[], "unknown CDI hook mode \"prestart\""),
+            ("cdi-mask-proc", &[], "--proc-root must be given once"),
+            (
+                "cdi-mask-proc",
+                &["--proc-root", "/proc", "--proc-root=/other"],
+                "--proc-root must be given once",
+            ),
+            (
+                "cdi-mask-proc",
+                &["--proc-root", "proc"],
+                "proc root \"proc\" is not an absolute path on the host",
+            ),
+            (
+                "cdi-mask-proc",
+                &["--folder", "/x"],
+                "unknown argument \"--folder\" (expected --proc-root <dir>)",
+            ),
         ];
         for (mode, args, want) in cases {
             let err = CdiHook::from_args(mode, &strings(args)).unwrap_err();
             assert!(err.to_string().contains(want), "{mode} {args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn mask_proc_args() {
+        let hook = CdiHook::MaskProc {
+            proc_root: "/proc".into(),
+        };
+        let args = hook.args().unwrap();
+        assert_eq!(args, ["nvc-hook", "cdi-mask-proc", "--proc-root", "/proc"]);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_eq!(mask_proc_root(&argv), Some(PathBuf::from("/proc")));
+        assert_eq!(
+            mask_proc_root(&["nvc-hook", "update-ldcache", "--folder", "/lib"]),
+            None
+        );
+        assert_eq!(
+            mask_proc_root(&["nvc-hook", "cdi-mask-proc", "--proc-root", "x"]),
+            None
+        );
+        assert_eq!(
+            CdiHook::from_args(MASK_PROC_MODE, &strings(&["--proc-root=/tmp/fake"])).unwrap(),
+            CdiHook::MaskProc {
+                proc_root: "/tmp/fake".into()
+            }
+        );
+    }
+
+    fn gpu(bus: &str, minor: u32) -> ProcGpu {
+        ProcGpu {
+            bus_id: bus.into(),
+            uuid: format!("GPU-{minor}"),
+            minor,
+            model: "Fake".into(),
+            dir: PathBuf::from("/proc/driver/nvidia/gpus").join(bus),
+        }
+    }
+
+    #[test]
+    fn visible_gpus_come_from_the_spec_devices_by_minor() {
+        // Minors that are not the bus order's indices.
+        let gpus = [
+            gpu("0000:06:00.0", 1),
+            gpu("0000:07:00.0", 0),
+            gpu("0000:08:00.0", 3),
+        ];
+        let dev = |path: &str, major: u32, minor: u32| (PathBuf::from(path), major, minor);
+        type Devices = Vec<(PathBuf, u32, u32)>;
+        let cases: Vec<(&str, Devices, Vec<&str>)> = vec![
+            ("none", vec![], vec![]),
+            (
+                "one GPU and the control nodes",
+                vec![
+                    dev("/dev/nvidiactl", 195, 255),
+                    dev("/dev/nvidia-uvm", 238, 0),
+                    dev("/dev/nvidia0", 195, 0),
+                ],
+                vec!["0000:07:00.0"],
+            ),
+            (
+                "every GPU, in the host's order",
+                vec![
+                    dev("/dev/nvidia3", 195, 3),
+                    dev("/dev/nvidia0", 195, 0),
+                    dev("/dev/nvidia1", 195, 1),
+                ],
+                vec!["0000:06:00.0", "0000:07:00.0", "0000:08:00.0"],
+            ),
+            (
+                "by numbers, not by path",
+                vec![dev("/dev/gpu-renamed", 195, 3), dev("/dev/nvidia1", 238, 1)],
+                vec!["0000:08:00.0"],
+            ),
+            (
+                "a MIG device: its parent's node and capability nodes",
+                vec![
+                    dev("/dev/nvidia1", 195, 1),
+                    dev("/dev/nvidia-caps/nvidia-cap21", 241, 21),
+                    dev("/dev/nvidia-caps/nvidia-cap22", 241, 22),
+                ],
+                vec!["0000:06:00.0"],
+            ),
+            (
+                "a minor no GPU has",
+                vec![dev("/dev/nvidia7", 195, 7)],
+                vec![],
+            ),
+        ];
+        for (what, devices, want) in cases {
+            assert_eq!(visible_gpus(&gpus, 195, &devices), want, "{what}");
+        }
+        // Another major for the GPUs: the 195s are no GPU's.
+        assert_eq!(
+            visible_gpus(&gpus, 511, &[dev("/dev/nvidia0", 195, 0)]),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn the_gpu_major_comes_from_proc_devices() {
+        let devices = "Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n238 nvidia-uvm\n\nBlock devices:\n  7 nvidia\n";
+        assert_eq!(gpu_major(Some(devices)), 195);
+        assert_eq!(
+            gpu_major(Some("Character devices:\n 10 misc\n507 nvidia\n")),
+            507
+        );
+        assert_eq!(gpu_major(Some("Character devices:\n 10 misc\n")), 195);
+        assert_eq!(gpu_major(None), 195);
     }
 }

@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use libnvc::cdi::Spec;
-use nvc_tests::workspace_bin;
+use nvc_tests::{workspace_bin, FakeDriverSpec};
 use serde_json::{json, Value};
 
 use super::{device, spec_nodes, Host, HOOK_ENV, LIB};
@@ -101,7 +101,7 @@ fn generated_spec_describes_the_fake_driver() {
     // hooks: createContainer, the configured absolute hook path, only PATH
     let hook_path = workspace_bin("nvc-hook");
     let hooks = edits["hooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 2, "{hooks:?}");
+    assert_eq!(hooks.len(), 3, "{hooks:?}");
     for hook in hooks {
         assert_eq!(hook["hookName"], "createContainer");
         assert_eq!(hook["path"], json!(hook_path));
@@ -130,6 +130,11 @@ fn generated_spec_describes_the_fake_driver() {
             "--cuda-compat-above",
             "999.88.77"
         ])
+    );
+    // the /proc/driver/nvidia mask, reading the GPUs under the configured proc root
+    assert_eq!(
+        hooks[2]["args"],
+        json!(["nvc-hook", "cdi-mask-proc", "--proc-root", h.fake.proc_root])
     );
 
     // the YAML form holds the same spec
@@ -264,4 +269,55 @@ fn generation_is_deterministic_and_writes_files_atomically() {
         )
     );
     assert!(!odd.exists());
+}
+
+#[test]
+fn mig_devices_are_named_gpu_colon_mig_with_their_capability_nodes() {
+    let h = Host::with(FakeDriverSpec {
+        mig: true,
+        ..FakeDriverSpec::default()
+    });
+    let spec: Value =
+        serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
+    let gpus = h.gpus_in_bus_order();
+    let caps = h.fake.spec.mig_caps();
+    let nodes = h.fake.spec.device_nodes();
+    // GPU 0 (the lowest bus id) is in MIG mode with GPU instances 1 and 2, one compute
+    // instance each: MIG devices 0:0 and 0:1, after the GPUs, before all.
+    let mut want_names: Vec<String> = Vec::new();
+    for (i, g) in gpus.iter().enumerate() {
+        want_names.push(i.to_string());
+        want_names.push(g.uuid.clone());
+    }
+    want_names.extend(["0:0".into(), "0:1".into(), "all".into()]);
+    assert_eq!(names(&spec), want_names);
+    let listed = h.ok(&["cdi", "list"]);
+    let qualified: Vec<String> = want_names
+        .iter()
+        .map(|n| format!("nvidia.com/gpu={n}"))
+        .collect();
+    assert_eq!(listed.lines().collect::<Vec<_>>(), qualified);
+    // Only NVML knows MIG devices' UUIDs; nvc names none.
+    assert!(!listed.contains("MIG-"), "{listed}");
+
+    let parent = format!("/dev/nvidia{} 195:{}", gpus[0].minor, gpus[0].minor);
+    let all = spec_nodes(&device(&spec, "all")["containerEdits"]);
+    for (mig, gi) in [(0, 1), (1, 2)] {
+        // The parent GPU's node, then the GPU instance's and the compute instance's
+        // access nodes, with the numbers of the host's nodes.
+        let mut want = vec![parent.clone()];
+        for cap in caps.iter().filter(|c| c.gi == gi) {
+            let path = format!("dev/nvidia-caps/nvidia-cap{}", cap.minor);
+            let node = nodes
+                .iter()
+                .find(|n| n.path == Path::new(&path))
+                .unwrap_or_else(|| panic!("the fake tree has no {path}"));
+            want.push(format!("/{path} {}:{}", node.major, node.minor));
+        }
+        let dev = device(&spec, &format!("0:{mig}"));
+        assert_eq!(spec_nodes(&dev["containerEdits"]), want, "0:{mig}");
+        for w in &want {
+            assert!(all.contains(w), "{w} not in all: {all:?}");
+        }
+    }
 }

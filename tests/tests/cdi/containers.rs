@@ -10,12 +10,13 @@ use nvc_tests::{add_compat_libcuda, runc_path, tree_digest, Bundle, Outcome, Run
 use serde_json::{json, Value};
 
 use super::{device, Host, LIB};
+use nvc_tests::FakeDriverSpec;
 
-const LIST_NODES: &str =
+pub(super) const LIST_NODES: &str =
     "for n in /dev/nvidia*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; true";
 
 /// The `/dev/nvidia*` nodes the container has, as "path major:minor" (decimal).
-fn nodes_inside(out: &str) -> Vec<String> {
+pub(super) fn nodes_inside(out: &str) -> Vec<String> {
     out.lines()
         .filter_map(|l| l.strip_prefix("node "))
         .map(|l| {
@@ -30,7 +31,7 @@ fn nodes_inside(out: &str) -> Vec<String> {
 }
 
 /// The GPU nodes among [`nodes_inside`] (not the control nodes).
-fn gpu_nodes_inside(out: &str) -> Vec<String> {
+pub(super) fn gpu_nodes_inside(out: &str) -> Vec<String> {
     nodes_inside(out)
         .into_iter()
         .filter(|n| n.contains(" 195:") && !n.contains(" 195:255") && !n.contains(" 195:254"))
@@ -39,7 +40,7 @@ fn gpu_nodes_inside(out: &str) -> Vec<String> {
 
 /// Applies a CDI spec's edits for `devices` to a bundle the way CDI's own library does
 /// for Podman and containerd: env, device nodes with their cgroup rules, mounts, hooks.
-fn apply_spec(mut bundle: Bundle, spec: &Value, devices: &[&str]) -> Bundle {
+pub(super) fn apply_spec(mut bundle: Bundle, spec: &Value, devices: &[&str]) -> Bundle {
     let mut edits = vec![&spec["containerEdits"]];
     edits.extend(devices.iter().map(|d| &device(spec, d)["containerEdits"]));
     for e in edits {
@@ -78,12 +79,17 @@ fn apply_spec(mut bundle: Bundle, spec: &Value, devices: &[&str]) -> Bundle {
 }
 
 /// Runs `script` in a runc container from `rootfs` with the spec's `devices` applied.
-fn run_with_spec(h: &Host, rootfs: &TestRootfs, devices: &[&str], script: &str) -> Outcome {
+pub(super) fn run_with_spec(
+    h: &Host,
+    rootfs: &TestRootfs,
+    devices: &[&str],
+    script: &str,
+) -> Outcome {
     run_with_spec_and(h, rootfs, devices, script, |b| b)
 }
 
 /// [`run_with_spec`] with `more` done to the bundle first.
-fn run_with_spec_and(
+pub(super) fn run_with_spec_and(
     h: &Host,
     rootfs: &TestRootfs,
     devices: &[&str],
@@ -153,6 +159,41 @@ fn runc_with_the_spec_applied_gets_the_gpu_and_loads_libcuda() {
     );
     assert!(again.stdout.contains("libcuda=ok"), "{again:?}");
     assert_eq!(std::fs::read(rootfs.ld_cache()).unwrap(), cache);
+}
+
+#[test]
+fn runc_with_a_mig_device_gets_its_parent_and_capability_nodes_only() {
+    let h = Host::with(FakeDriverSpec {
+        mig: true,
+        ..FakeDriverSpec::default()
+    });
+    let rootfs = h.rootfs("rootfs");
+    let parent = &h.gpus_in_bus_order()[0];
+    let caps = h.fake.spec.mig_caps();
+    let script = format!(
+        "{LIST_NODES}; for n in /dev/nvidia-caps/*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; nvc-probe"
+    );
+    let out = run_with_spec(&h, &rootfs, &["0:1"], &script);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(
+        gpu_nodes_inside(&out.stdout),
+        [format!("/dev/nvidia{} 195:{}", parent.minor, parent.minor)],
+        "{out:?}"
+    );
+    // GPU instance 2 and its compute instance: MIG device 1 of GPU 0.
+    let mut want: Vec<String> = caps
+        .iter()
+        .filter(|c| c.gi == 2)
+        .map(|c| format!("/dev/nvidia-caps/nvidia-cap{} 241:{}", c.minor, c.minor))
+        .collect();
+    want.sort();
+    let mut got: Vec<String> = nodes_inside(&out.stdout)
+        .into_iter()
+        .filter(|n| n.starts_with("/dev/nvidia-caps/"))
+        .collect();
+    got.sort();
+    assert_eq!(got, want, "{out:?}");
+    assert!(out.stdout.contains("libcuda=ok"), "{out:?}");
 }
 
 #[test]

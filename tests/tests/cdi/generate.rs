@@ -152,7 +152,7 @@ fn generated_spec_describes_the_fake_driver() {
 
     // Hooks: createContainer, the configured absolute hook path, only PATH.
     let hooks = edits["hooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 2, "{hooks:?}");
+    assert_eq!(hooks.len(), 3, "{hooks:?}");
     for hook in hooks {
         assert_eq!(hook["hookName"], "createContainer");
         assert_eq!(hook["path"], HOOK);
@@ -181,6 +181,48 @@ fn generated_spec_describes_the_fake_driver() {
             "999.88.77"
         ])
     );
+    // The mask over /proc/driver/nvidia reads the GPUs under the tree's proc root.
+    assert_eq!(
+        hooks[2]["args"],
+        json!(["nvc-hook", "cdi-mask-proc", "--proc-root", tree.proc_root])
+    );
+}
+
+#[test]
+fn the_proc_mask_hook_is_there_wherever_there_are_gpus() {
+    // Spec-level, so every device (a GPU, a MIG device, all) gets it; without the
+    // kernel module there is no /proc/driver/nvidia and no GPU, so no mask.
+    for s in trees::SCENARIOS {
+        let (tree, d) = driver(s.name);
+        let spec = generate(&d, NameStrategy::Both);
+        let masks: Vec<&Vec<String>> = spec
+            .container_edits
+            .hooks
+            .iter()
+            .map(|h| &h.args)
+            .filter(|a| a[1] == "cdi-mask-proc")
+            .collect();
+        assert!(spec
+            .devices
+            .iter()
+            .all(|dev| dev.container_edits.hooks.is_empty()));
+        if d.gpus.is_empty() {
+            assert!(masks.is_empty(), "{}: {masks:?}", s.name);
+            assert!(
+                !tree.proc_root.join("driver/nvidia/gpus").is_dir(),
+                "{}",
+                s.name
+            );
+        } else {
+            let want = vec![
+                "nvc-hook".to_string(),
+                "cdi-mask-proc".into(),
+                "--proc-root".into(),
+                tree.proc_root.to_str().unwrap().into(),
+            ];
+            assert_eq!(masks, [&want], "{}", s.name);
+        }
+    }
 }
 
 #[test]

@@ -22,6 +22,7 @@ use serde_json::Value;
 mod cli;
 mod containers;
 mod generate;
+mod mask;
 
 const LIB: &str = "/usr/lib/x86_64-linux-gnu";
 const HOOK_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use libnvc::report::error_chain;
-use nvc_tests::{require_root, tree_digest, workspace_bin, Dockerd, RootfsSpec, TestRootfs};
+use nvc_tests::{
+    require_root, tree_digest, workspace_bin, Dockerd, FakeDriverSpec, RootfsSpec, TestRootfs,
+};
 
 use super::{assert_gpus, host_configs, run, World, IMAGE, PROBE};
 
@@ -310,4 +312,231 @@ fn deb_binaries_run_gpu_containers_with_dockerd() {
     let cgroup = dockerd.cgroup_parent.clone();
     drop(dockerd);
     w.assert_clean(&[cgroup]);
+}
+
+/// Records every call of a systemd tool in the scratch root's `/systemd-calls`, one line
+/// each, and succeeds: the maintainer scripts' calls, where systemd cannot run.
+const RECORDING_TOOL: &str = "#!/bin/sh\necho \"${0##*/} $*\" >>/systemd-calls\n";
+
+/// The `KEY=` line of a unit file, without the key.
+fn unit_value<'a>(unit: &'a str, key: &str) -> Vec<&'a str> {
+    unit.lines()
+        .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .collect()
+}
+
+#[test]
+fn deb_installs_the_cdi_refresh_and_its_command_writes_a_spec() {
+    require_root("dpkg --root, chroot, and a fake driver's device nodes need root");
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let bin_dir = workspace_bin("nvc").parent().unwrap().to_path_buf();
+    let built = run(Command::new("bash")
+        .arg(repo.join("packaging/build-deb.sh"))
+        .arg("--bin-dir")
+        .arg(&bin_dir)
+        .arg("--out")
+        .arg(dir.path()));
+    built.assert_success();
+    let deb = PathBuf::from(built.stdout.lines().last().unwrap());
+    let root = dir.path().join("root");
+    dpkg_root(&root);
+    // systemd "running" there, its tools recording what the maintainer scripts ask.
+    std::fs::create_dir_all(root.join("run/systemd/system")).unwrap();
+    for tool in ["systemctl", "deb-systemd-helper"] {
+        let path = root.join("usr/bin").join(tool);
+        std::fs::write(&path, RECORDING_TOOL).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let calls = || -> Vec<String> {
+        let text = std::fs::read_to_string(root.join("systemd-calls")).unwrap_or_default();
+        std::fs::write(root.join("systemd-calls"), "").unwrap();
+        text.lines().map(str::to_string).collect()
+    };
+    let dpkg = |args: &[&str]| {
+        run(Command::new("dpkg")
+            .arg(format!("--root={}", root.display()))
+            .args(args))
+    };
+    dpkg(&["--force-depends", "-i", &deb.to_string_lossy()]).assert_success();
+
+    // The units, where systemd reads a package's, as they are in packaging/systemd.
+    let units = Path::new("usr/lib/systemd/system");
+    for unit in ["nvc-cdi-refresh.service", "nvc-cdi-refresh.path"] {
+        assert_eq!(
+            std::fs::read(root.join(units).join(unit)).unwrap(),
+            std::fs::read(repo.join("packaging/systemd").join(unit)).unwrap(),
+            "{unit}"
+        );
+    }
+    let service =
+        std::fs::read_to_string(root.join(units).join("nvc-cdi-refresh.service")).unwrap();
+    let path_unit = std::fs::read_to_string(root.join(units).join("nvc-cdi-refresh.path")).unwrap();
+    assert_eq!(
+        unit_value(&path_unit, "PathChanged"),
+        [
+            "/lib/modules/%v/modules.dep",
+            "/lib/modules/%v/modules.dep.bin",
+            "/etc/ld.so.cache"
+        ]
+    );
+    assert_eq!(unit_value(&service, "Type"), ["oneshot"]);
+    assert!(
+        unit_value(&service, "RemainAfterExit").is_empty(),
+        "{service}"
+    );
+    for unit in [&service, &path_unit] {
+        assert_eq!(unit_value(unit, "WantedBy"), ["multi-user.target"]);
+    }
+    // postinst enabled both and, systemd running, started them.
+    let units_named = "nvc-cdi-refresh.path nvc-cdi-refresh.service";
+    let mut want = Vec::new();
+    for unit in units_named.split(' ') {
+        want.extend([
+            format!("deb-systemd-helper unmask {unit}"),
+            format!("deb-systemd-helper --quiet was-enabled {unit}"),
+            format!("deb-systemd-helper enable {unit}"),
+        ]);
+    }
+    want.push("systemctl --system daemon-reload".into());
+    for unit in units_named.split(' ') {
+        want.extend([
+            format!("systemctl --quiet is-enabled {unit}"),
+            format!("systemctl start {unit}"),
+        ]);
+    }
+    assert_eq!(calls(), want);
+
+    // systemd's own check of both units: in a root holding this host's system units
+    // (their dependencies) and what the units run.
+    let version = Command::new("systemd-analyze").arg("--version").output();
+    assert!(
+        version.is_ok_and(|o| o.status.success()),
+        "systemd-analyze is missing: install systemd (scripts/deps.sh does)"
+    );
+    let host_units = ["/usr/lib/systemd/system", "/lib/systemd/system"]
+        .into_iter()
+        .find(|d| Path::new(d).join("sysinit.target").is_file())
+        .expect("this host's systemd units (sysinit.target), for systemd-analyze verify");
+    let verify_root = dir.path().join("verify");
+    std::fs::create_dir_all(verify_root.join("usr/lib/systemd")).unwrap();
+    std::fs::create_dir_all(verify_root.join("bin")).unwrap();
+    run(Command::new("cp")
+        .arg("-a")
+        .arg(host_units)
+        .arg(verify_root.join("usr/lib/systemd/system")))
+    .assert_success();
+    for file in [
+        "usr/lib/systemd/system/nvc-cdi-refresh.service",
+        "usr/lib/systemd/system/nvc-cdi-refresh.path",
+        "usr/bin/nvc",
+    ] {
+        std::fs::create_dir_all(verify_root.join(file).parent().unwrap()).unwrap();
+        std::fs::copy(root.join(file), verify_root.join(file)).unwrap();
+    }
+    let busybox = ["usr/bin/busybox", "bin/busybox"]
+        .into_iter()
+        .map(|b| root.join(b))
+        .find(|b| b.is_file())
+        .unwrap();
+    std::fs::copy(busybox, verify_root.join("bin/sh")).unwrap();
+    let verify = |units: &[&str]| {
+        let out = run(Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(format!("--root={}", verify_root.display()))
+            .arg("--man=no")
+            .args(units.iter().map(|u| format!("/usr/lib/systemd/system/{u}"))));
+        (out.status, format!("{}{}", out.stdout, out.stderr))
+    };
+    let (status, said) = verify(&["nvc-cdi-refresh.service", "nvc-cdi-refresh.path"]);
+    assert_eq!((status, said.as_str()), (0, ""), "systemd-analyze verify");
+    // It says so when a unit is wrong (it still exits 0 on an unknown key).
+    std::fs::write(
+        verify_root.join("usr/lib/systemd/system/nvc-cdi-refresh-bad.path"),
+        path_unit.replace("PathChanged=/etc", "PathChange=/etc"),
+    )
+    .unwrap();
+    let (_, said) = verify(&["nvc-cdi-refresh-bad.path"]);
+    assert!(said.contains("Unknown key 'PathChange'"), "{said}");
+
+    // The service's command as the unit writes it, chrooted into the installed root, on a
+    // fake driver there: it writes a spec that `nvc cdi list` reads.
+    let exec = unit_value(&service, "ExecStart");
+    assert_eq!(
+        exec,
+        ["/usr/bin/nvc cdi generate --output /var/run/cdi/nvidia.yaml"]
+    );
+    let argv: Vec<&str> = exec[0].split_whitespace().collect();
+    std::fs::create_dir(root.join("fake")).unwrap();
+    let fake = FakeDriverSpec::default().build(&root.join("fake")).unwrap();
+    let inside = |p: &Path| Path::new("/").join(p.strip_prefix(&root).unwrap());
+    std::fs::write(
+        root.join("fake/config.toml"),
+        format!(
+            "[driver]\nroot = \"{}\"\ndev-root = \"{}\"\nproc-root = \"{}\"\n\n[hook]\npath = \"/usr/bin/nvc-hook\"\n\n[log]\nfile = \"/fake/nvc.log\"\n",
+            inside(&fake.root).display(),
+            inside(&fake.dev_root).display(),
+            inside(&fake.proc_root).display()
+        ),
+    )
+    .unwrap();
+    let chroot = |args: &[&str]| {
+        run(Command::new("chroot")
+            .arg(&root)
+            .args(args)
+            .env("NVC_CONFIG", "/fake/config.toml"))
+    };
+    let generated = chroot(&argv);
+    generated.assert_success();
+    let spec_file = root.join("var/run/cdi/nvidia.yaml");
+    let mode = std::fs::metadata(&spec_file).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o644
+    );
+    let listed = chroot(&[
+        "/usr/bin/nvc",
+        "cdi",
+        "list",
+        "--spec",
+        "/var/run/cdi/nvidia.yaml",
+    ]);
+    listed.assert_success();
+    let mut want: Vec<String> = Vec::new();
+    for (i, gpu) in fake.spec.gpus_in_bus_order().iter().enumerate() {
+        want.push(format!("nvidia.com/gpu={i}"));
+        want.push(format!("nvidia.com/gpu={}", gpu.uuid));
+    }
+    want.push("nvidia.com/gpu=all".into());
+    assert_eq!(
+        listed.stdout.lines().collect::<Vec<_>>(),
+        want,
+        "{listed:?}"
+    );
+    assert!(std::fs::read_to_string(&spec_file)
+        .unwrap()
+        .contains("/usr/bin/nvc-hook"));
+
+    // Purge: the units stopped, masked, then forgotten; the spec, whose hooks would run a
+    // missing nvc-hook, gone.
+    let purge = dpkg(&["--purge", "nvc"]);
+    purge.assert_success();
+    assert!(!spec_file.exists(), "{purge:?}");
+    let mut want = vec![format!("systemctl stop {units_named}")];
+    for stage in ["remove", "purge"] {
+        want.push("systemctl --system daemon-reload".into());
+        for unit in units_named.split(' ') {
+            if stage == "remove" {
+                want.push(format!("deb-systemd-helper mask {unit}"));
+            } else {
+                want.push(format!("deb-systemd-helper purge {unit}"));
+                want.push(format!("deb-systemd-helper unmask {unit}"));
+            }
+        }
+    }
+    assert_eq!(calls(), want, "{purge:?}");
+    for unit in ["nvc-cdi-refresh.service", "nvc-cdi-refresh.path"] {
+        assert!(!root.join(units).join(unit).exists(), "{unit}");
+    }
 }

@@ -1,0 +1,198 @@
+//! The spec's `nvc-hook cdi-mask-proc` in real runc containers, and run by hand as a
+//! runtime that runs createContainer hooks too early would run it. This machine's kernel
+//! has no `/proc/driver/nvidia`, so what the mask shows in a container is checked on the
+//! mount code itself (`nvc_host::proc_mask`'s tests, on a procfs of their own) and on a
+//! GPU machine (`tests/gpu/cdi.sh`); here: what the hook refuses, what it leaves alone,
+//! and that it never stops a well-formed CDI container. Needs root.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use nvc_tests::{tree_digest, workspace_bin, Bundle};
+use serde_json::{json, Value};
+
+use super::containers::{gpu_nodes_inside, run_with_spec, run_with_spec_and, LIST_NODES};
+use super::{device, Host};
+
+/// The spec's mask hook's argv.
+fn mask_hook(h: &Host) -> Value {
+    let spec: Value =
+        serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
+    let hooks = spec["containerEdits"]["hooks"].as_array().unwrap().clone();
+    hooks
+        .into_iter()
+        .find(|hook| hook["args"][1] == "cdi-mask-proc")
+        .unwrap_or_else(|| panic!("no cdi-mask-proc hook in {spec:#}"))
+}
+
+#[test]
+fn every_cdi_container_runs_the_mask_hook_and_starts() {
+    let h = Host::new();
+    let hook = mask_hook(&h);
+    assert_eq!(hook["hookName"], "createContainer");
+    assert_eq!(
+        hook["args"],
+        json!(["nvc-hook", "cdi-mask-proc", "--proc-root", h.fake.proc_root])
+    );
+    let rootfs = h.rootfs("rootfs");
+    let gpus = h.gpus_in_bus_order();
+    // GPU 1 alone, and all: the hook finds their nodes among linux.devices, the host's
+    // folder (the fake proc root), and a procfs at <rootfs>/proc that has no
+    // driver/nvidia on this kernel; the container starts with its GPUs.
+    let script = format!("{LIST_NODES}; ls /proc/driver; echo proc=$(stat -f -c %T /proc)");
+    let out = run_with_spec(&h, &rootfs, &["1"], &script);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(
+        gpu_nodes_inside(&out.stdout),
+        [format!(
+            "/dev/nvidia{} 195:{}",
+            gpus[1].minor, gpus[1].minor
+        )]
+    );
+    assert!(out.stdout.contains("proc=proc"), "{out:?}");
+    let out = run_with_spec(&h, &rootfs, &["all"], &script);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(gpu_nodes_inside(&out.stdout).len(), gpus.len(), "{out:?}");
+}
+
+#[test]
+fn a_container_whose_proc_is_no_procfs_is_refused() {
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    // A tmpfs at /proc, as a hostile spec could ask: the mask would go onto a file
+    // system the container can write, showing whatever it put there.
+    let out = run_with_spec_and(&h, &rootfs, &["0"], "echo started", |b| {
+        b.set(
+            "/mounts/0",
+            json!({"destination": "/proc", "type": "tmpfs", "source": "tmpfs",
+                   "options": ["nosuid", "nodev"]}),
+        )
+        .set("/linux/maskedPaths", json!([]))
+        .set("/linux/readonlyPaths", json!([]))
+    });
+    assert!(!out.success(), "{out:?}");
+    assert!(!out.stdout.contains("started"), "{out:?}");
+    let all = format!("{}{}", out.stderr, out.log);
+    assert!(all.contains("nvc-hook cdi-mask-proc: "), "{out:?}");
+    assert!(
+        all.contains("tmpfs") && all.contains("procfs"),
+        "the reason names what /proc is and what it should be: {out:?}"
+    );
+}
+
+#[test]
+fn an_image_whose_proc_driver_leads_out_changes_nothing_outside() {
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    // The image's /proc/driver leads to a host folder shaped like the driver's; the
+    // runtime's procfs hides it, and the hook works on that procfs only.
+    let victims = victims(&h);
+    link_proc_driver(&rootfs.path, &victims);
+    let before = tree_digest(&victims);
+    let out = run_with_spec(&h, &rootfs, &["0"], "echo started; ls /proc/driver");
+    assert!(out.success(), "{out:?}");
+    assert!(out.stdout.contains("started"), "{out:?}");
+    assert_eq!(
+        tree_digest(&victims),
+        before,
+        "the hook wrote through the link"
+    );
+}
+
+/// A host folder shaped like `/proc/driver`, for images to point at.
+fn victims(h: &Host) -> std::path::PathBuf {
+    let victims = h.dir.path().join("victims");
+    std::fs::create_dir_all(victims.join("nvidia/gpus")).unwrap();
+    std::fs::write(victims.join("nvidia/params"), "ModifyDeviceFiles: 1\n").unwrap();
+    victims
+}
+
+/// Makes the image's `/proc/driver` a link to `to`.
+fn link_proc_driver(rootfs: &Path, to: &Path) {
+    let proc = rootfs.join("proc");
+    std::fs::create_dir_all(&proc).unwrap();
+    std::os::unix::fs::symlink(to, proc.join("driver")).unwrap();
+}
+
+/// Runs `nvc-hook <args>` with `state` on stdin in a private mount namespace.
+fn run_hook(args: &[&str], state: &Value) -> (bool, String) {
+    let mut child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private"])
+        .arg(workspace_bin("nvc-hook"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), state.to_string().as_bytes()).unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_hook_run_before_the_containers_mounts_refuses_the_container() {
+    // A runtime that runs createContainer hooks before it mounts the container's /proc
+    // (crun between its changes #2094 and #2168) leaves the image's folder at
+    // <rootfs>/proc: the fresh procfs, with every GPU, would come after the hook.
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let victims = victims(&h);
+    link_proc_driver(&rootfs.path, &victims);
+    let before = tree_digest(&victims);
+    let spec: Value =
+        serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
+    let node = &device(&spec, "0")["containerEdits"]["deviceNodes"][0];
+    let bundle = Bundle::new(&h.dir.path().join("bundle"), &rootfs.path)
+        .unwrap()
+        .set(
+            "/linux/devices/-",
+            json!({"path": node["path"], "type": "c", "major": node["major"],
+                   "minor": node["minor"]}),
+        )
+        .write()
+        .unwrap();
+    let state = json!({"ociVersion": "1.0.2", "id": "early", "status": "creating",
+                       "pid": 1, "bundle": bundle.dir});
+    let proc_root = h.fake.proc_root.to_str().unwrap();
+    let args = ["cdi-mask-proc", "--proc-root", proc_root];
+    let (ok, stderr) = run_hook(&args, &state);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.starts_with("nvc-hook cdi-mask-proc: the container's /proc is not mounted yet"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("before the container's mounts"), "{stderr}");
+
+    // The same container with no /proc in its spec (runc refuses to start one, but a
+    // runtime need not): its /proc is the image's folder, whose driver entry leads out;
+    // nothing of the host is there to hide, and nothing is refused or written.
+    let mounts: Vec<Value> = bundle.config["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["destination"] != "/proc")
+        .cloned()
+        .collect();
+    let bundle = bundle.set("/mounts", json!(mounts)).write().unwrap();
+    let (ok, stderr) = run_hook(&args, &state);
+    assert!(ok, "{stderr}");
+    assert!(Path::new(&bundle.dir).is_dir());
+    assert_eq!(
+        tree_digest(&victims),
+        before,
+        "the hook wrote through the link"
+    );
+
+    // Arguments the spec never writes are refused before anything is read.
+    let (ok, stderr) = run_hook(&["cdi-mask-proc", "--proc-root", "proc"], &state);
+    assert!(!ok);
+    assert_eq!(
+        stderr.trim_end(),
+        "nvc-hook cdi-mask-proc: proc root \"proc\" is not an absolute path on the host"
+    );
+}
