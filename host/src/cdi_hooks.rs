@@ -77,6 +77,15 @@ pub enum CdiHookError {
     /// Its arguments are invalid.
     #[error(transparent)]
     Args(#[from] HookArgsError),
+    /// The spec's rootfs is read-only and already was when the hook ran: the runtime made
+    /// it read-only before the createContainer hooks, which runc and newer crun do after.
+    #[error(
+        "the container's rootfs is read-only (root.readonly) and the runtime made it so \
+         before running the createContainer hooks, so the driver's soname links cannot be \
+         made: older crun releases do this (1.21 does; 1.28 and runc do not); use a newer \
+         crun or runc, or a writable rootfs"
+    )]
+    ReadOnlyBeforeHooks(#[source] FsError),
     /// The state could not be read from stdin.
     #[error(transparent)]
     StateRead(#[from] libnvc::oci::state::StateError),
@@ -142,6 +151,18 @@ pub fn run(hook: &CdiHook, state: &[u8]) -> Result<(), CdiHookError> {
     run_in(hook, &view, &root)
 }
 
+/// `e`, or [`CdiHookError::ReadOnlyBeforeHooks`] when it is the read-only file system of a
+/// spec whose rootfs is read-only: the runtime made it so too early.
+fn read_only_before_hooks(e: FsError, view: &SpecView) -> CdiHookError {
+    let erofs = matches!(&e, FsError::Io { source, .. }
+        if source.raw_os_error() == Some(libc::EROFS));
+    if erofs && view.readonly {
+        CdiHookError::ReadOnlyBeforeHooks(e)
+    } else {
+        CdiHookError::Fs(e)
+    }
+}
+
 /// Masks the container's `/proc/driver/nvidia` (the container of `view`, whose rootfs is
 /// `root`) to the GPUs of its `linux.devices`, reading the host's under `proc_root`.
 pub fn mask_proc(
@@ -190,7 +211,8 @@ pub fn run_in(hook: &CdiHook, view: &SpecView, root: &ContainerRoot) -> Result<(
         CdiHook::MaskProc { proc_root } => mask_proc(proc_root, view, root),
         CdiHook::Links(links) => {
             for link in links {
-                root.symlink(&link.link, &link.target)?;
+                root.symlink(&link.link, &link.target)
+                    .map_err(|e| read_only_before_hooks(e, view))?;
             }
             Ok(())
         }

@@ -53,9 +53,11 @@ for e in edits:
             continue
         c.setdefault("hooks", {}).setdefault(h["hookName"], []).append(
             {"path": h["path"], "args": h["args"], "env": h.get("env", [])})
+# crun writes its hooks' stderr only where this names (runc ignores it).
+c.setdefault("annotations", {})["run.oci.hooks.stderr"] = "/dev/stderr"
 json.dump(c, open(config, "w"), indent=1)
 PY
-    (cd "$b" && runc --root "$work/state" run "$(basename "$b")") 2>&1
+    (cd "$b" && "$runtime" --root "$work/state" run "$(basename "$b")") 2>&1
 }
 
 probe='echo gpus: $(ls /proc/driver/nvidia/gpus); grep ModifyDeviceFiles /proc/driver/nvidia/params; nvidia-smi -L'

@@ -2,7 +2,8 @@
 # builds a small rootfs with no NVIDIA file in $work/rootfs, writes an nvc config and
 # defines bundle() and ctr(). Expects $carry, $out and $work set and check() defined.
 # NVC_GPU_RUNTIME names the low-level runtime nvc-runtime execs (default: that runc;
-# tests/gpu/runtimes.sh passes crun and a newer runc).
+# tests/gpu/runtimes.sh passes crun and a newer runc); NVC_GPU_RW_ROOTFS=1 makes the
+# bundles' rootfs writable (it is read-only otherwise).
 
 # runc and its libseccomp from Debian's packages.
 install -m 0755 "$carry/runc/usr/sbin/runc" /usr/local/sbin/runc
@@ -41,7 +42,7 @@ export NVC_CONFIG=$work/config.toml
 
 bundle() { # bundle DIR ENV SCRIPT: a fresh copy of the rootfs each, as engines give
     mkdir -p "$1" && cp -a "$rootfs" "$1/rootfs" && (cd "$1" && runc spec && python3 - "$2" "$3" <<'PY'
-import json, sys
+import json, os, sys
 env, script, rootfs = sys.argv[1], sys.argv[2], "rootfs"
 c = json.load(open("config.json"))
 c["process"]["terminal"] = False
@@ -50,7 +51,7 @@ c["process"]["env"] += [e for e in env.split(";") if e]
 # No ambient capabilities: runc 1.1's spec lists some it cannot raise without inheritable
 # ones, and runc 1.3 then warns on every start (engines set none).
 c["process"].get("capabilities", {}).pop("ambient", None)
-c["root"] = {"path": rootfs, "readonly": True}
+c["root"] = {"path": rootfs, "readonly": os.environ.get("NVC_GPU_RW_ROOTFS") != "1"}
 json.dump(c, open("config.json", "w"), indent=1)
 PY
 )

@@ -54,8 +54,9 @@ if [ ! -x "$carry/runtimes/crun-1.28/crun" ]; then
         rm -rf "$lists/one" && dpkg -x "$deb" "$lists/one"
         mkdir -p "$carry/runtimes/$name/lib"
         find "$lists/one" -type f \( -name crun -o -name runc \) -perm -u+x -exec cp {} "$carry/runtimes/$name/" \;
+        # Each by its soname, as a file: a link would travel as a link alone.
         for lib in libyajl.so.2 libseccomp.so.2 libblake3.so.0 libjson-c.so.5; do
-            cp -a "$lists"/x/usr/lib/x86_64-linux-gnu/$lib* "$carry/runtimes/$name/lib/"
+            cp -L "$lists/x/usr/lib/x86_64-linux-gnu/$lib" "$carry/runtimes/$name/lib/$lib"
         done
     done
     rm -rf "$carry/runtimes/debs" "$lists"

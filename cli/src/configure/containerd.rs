@@ -62,16 +62,6 @@ pub(super) fn changes(
         return Ok(changes);
     }
 
-    if args.cdi {
-        if let Some(version) = installed_version().filter(|v| *v < (1, 7)) {
-            warnings.push(format!(
-                "containerd {}.{} ignores enable_cdi (its CDI support starts with 1.7): the \
-                 GPUs in cdi.k8s.io/ annotations reach containers through the {:?} runtime \
-                 instead, which lets them through to nvc-runtime",
-                version.0, version.1, args.runtime_name
-            ));
-        }
-    }
     let runtime_path = path_str(&args.runtime_path);
     let opts = containerd::ContainerdOptions {
         runtime_name: &args.runtime_name,
@@ -93,6 +83,18 @@ pub(super) fn changes(
     let mut sources = vec![main];
     sources.extend(before.iter().map(|(path, text)| Source { path, text }));
     let plan = containerd::configure(&sources, &opts).map_err(ConfigureError::Containerd)?;
+    // A version 3 file is containerd 2's, whatever containerd is on PATH here (the file
+    // may be for another root or machine): only an older file is worth the warning.
+    if args.cdi && plan.version < 3 {
+        if let Some(version) = installed_version().filter(|v| *v < (1, 7)) {
+            warnings.push(format!(
+                "the containerd on PATH ({}.{}) ignores enable_cdi (its CDI support starts \
+                 with 1.7): the GPUs in cdi.k8s.io/ annotations reach containers through the \
+                 {:?} runtime instead, which lets them through to nvc-runtime",
+                version.0, version.1, args.runtime_name
+            ));
+        }
+    }
     for (path, text) in after {
         let source = Source { path, text };
         if containerd::overrides_drop_in(source, plan.version, &args.runtime_name)

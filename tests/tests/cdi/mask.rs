@@ -3,7 +3,8 @@
 //! has no `/proc/driver/nvidia`, so what the mask shows in a container is checked on the
 //! mount code itself (`nvc_host::proc_mask`'s tests, on a procfs of their own) and on a
 //! GPU machine (`tests/gpu/cdi.sh`); here: what the hook refuses, what it leaves alone,
-//! and that it never stops a well-formed CDI container. Needs root.
+//! and that it never stops a well-formed CDI container; and `cdi-links` on a read-only
+//! rootfs made so before the hooks ran, as older crun releases do. Needs root.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -195,4 +196,74 @@ fn a_hook_run_before_the_containers_mounts_refuses_the_container() {
         stderr.trim_end(),
         "nvc-hook cdi-mask-proc: proc root \"proc\" is not an absolute path on the host"
     );
+}
+
+/// Runs `nvc-hook <args>` with `state` on stdin in a private mount namespace where
+/// `rootfs` is mounted read-only: what older crun releases (1.21) give a createContainer
+/// hook of a spec with `root.readonly`.
+fn run_hook_on_read_only(rootfs: &Path, args: &[&str], state: &Value) -> (bool, String) {
+    let mut child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && shift && exec "$@""#)
+        .arg(rootfs)
+        .arg("-")
+        .arg(workspace_bin("nvc-hook"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), state.to_string().as_bytes()).unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn soname_links_on_a_rootfs_made_read_only_before_the_hooks_say_why() {
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let spec: Value =
+        serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
+    let links = spec["containerEdits"]["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|hook| hook["args"][1] == "cdi-links")
+        .unwrap_or_else(|| panic!("no cdi-links hook in {spec:#}"))["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect::<Vec<_>>();
+    let args: Vec<&str> = links.iter().map(String::as_str).collect();
+    let before = tree_digest(&rootfs.path);
+    for readonly in [true, false] {
+        let bundle = Bundle::new(
+            &h.dir.path().join(format!("bundle-{readonly}")),
+            &rootfs.path,
+        )
+        .unwrap()
+        .set("/root/readonly", json!(readonly))
+        .write()
+        .unwrap();
+        let state = json!({"ociVersion": "1.0.2", "id": "ro", "status": "creating",
+                           "pid": 1, "bundle": bundle.dir});
+        let (ok, stderr) = run_hook_on_read_only(&rootfs.path, &args, &state);
+        assert!(!ok, "{stderr}");
+        assert!(stderr.contains("Read-only file system"), "{stderr}");
+        // Only a spec that asked for a read-only rootfs is the runtime's early remount;
+        // a writable one on a read-only file system is something else, said as it is.
+        assert_eq!(
+            stderr.contains("made it so before running the createContainer hooks"),
+            readonly,
+            "readonly {readonly}: {stderr}"
+        );
+    }
+    assert_eq!(tree_digest(&rootfs.path), before);
 }

@@ -860,3 +860,22 @@ fn containerd_cdi_on_1_6_is_said_and_the_annotations_are_let_through() {
         out.stderr
     );
 }
+
+/// A version 3 file is containerd 2's: `--cdi` on it says nothing of the containerd on
+/// PATH, whatever its version (this machine's 1.6 would ignore enable_cdi; 2.x reads it).
+#[test]
+fn containerd_cdi_on_a_version_3_file_warns_of_no_older_containerd() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("config.toml");
+    fs::write(
+        &main,
+        "version = 3\n\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = false\n",
+    )
+    .unwrap();
+    let out = configure(&["--runtime", "containerd", "--cdi", "--config", s(&main)]);
+    assert!(out.ok, "{}", out.stderr);
+    assert!(!out.stderr.contains("ignores enable_cdi"), "{}", out.stderr);
+    let drop_in = fs::read_to_string(dir.path().join("conf.d/99-nvc.toml")).unwrap();
+    assert!(drop_in.contains("version = 3"), "{drop_in}");
+    assert!(drop_in.contains("enable_cdi = true"), "{drop_in}");
+}
