@@ -106,7 +106,7 @@ pub struct RootView {
     /// Host files and folders bound over paths of the root: (host path, path in the root).
     pub placed: Vec<(PathBuf, PathBuf)>,
     /// On a hybrid cgroup host, hide the cgroup2 mount: only the v1 controllers are seen,
-    /// as on a host with systemd's legacy hierarchy (see [`NAMESPACE_SCRIPT`] for why
+    /// as on a host with systemd's legacy hierarchy (see the namespace script for why
     /// crun needs it).
     pub legacy_cgroups: bool,
     /// Run the program as this user instead of root: a rootless engine.
@@ -319,7 +319,7 @@ impl EngineRoot {
     }
 
     /// A user `name` with uid and gid `uid` and the subordinate ids from
-    /// [`SUBORDINATE_START`], for the commands whose [`RootView`] names it; its files and home
+    /// `SUBORDINATE_START`, for the commands whose [`RootView`] names it; its files and home
     /// are made under `dir`.
     pub fn user(&self, dir: &Path, name: &str, uid: u32) -> Result<RootUser, EngineError> {
         let etc = super::mkdirs(&dir.join("etc"))?;

@@ -1,12 +1,16 @@
 //! Container engines: GPU containers through real engines, a private dockerd
 //! (`--runtime=nv` and `--gpus`, [`docker`]), a private containerd (`ctr run` with
-//! nvc-runtime as its runc, [`containerd`]), podman with nvc-hook from a hooks.d folder
-//! ([`podman`]), against fake driver trees, asserted from inside the container; the .deb
-//! from `packaging/build-deb.sh`, installed and purged in a scratch root ([`deb`]); and
+//! nvc-runtime as its runc, [`containerd`]; its CRI plugin driven as the kubelet drives it,
+//! for each of the device plugin's strategies, [`cri`]), podman with nvc-hook from a
+//! hooks.d folder ([`podman`]; with crun, [`crun`]; rootless, [`rootless`]), against fake
+//! driver trees, asserted from inside the container; Debian 12's engines and Debian 13's
+//! and 14's from debootstrap roots (`nvc_tests::EngineRoot`); the .deb from
+//! `packaging/build-deb.sh`, installed and purged in a scratch root ([`deb`]); and
 //! `nvc runtime configure` on copies of realistic engine configs ([`configure`]).
 //!
-//! Needs root and the engines (`scripts/deps.sh` installs docker.io, containerd, podman). An
-//! engine that cannot run here fails its test with the reason. Every engine keeps its state
+//! Needs root and the engines (`scripts/deps.sh` installs docker.io, containerd, podman,
+//! debootstrap; the Debian 13 and 14 roots are made on first use, once per build folder or
+//! in `NVC_ENGINE_ROOTS`). An engine that cannot run here fails its test with the reason. Every engine keeps its state
 //! under the test's temporary directory, in its own mount and PID namespaces, and is
 //! stopped at the end; each test then checks that nothing it started is left running,
 //! mounted or in a cgroup, and that the host's engine configs did not change. The
