@@ -266,6 +266,9 @@ pub(super) fn assert_podman5_gpu_containers(
     let by_uuid = format!("nvidia.com/gpu={}", gpus[2].uuid);
     let third = run(&["--device", &by_uuid]);
     assert_sees(&third, &gpus[2..3], &modeset, &format!("CDI {by_uuid}"));
+    // Podman 5's --gpus names CDI devices of nvidia.com/gpu too: here nvc's spec's `all`.
+    let gpus_all = run(&["--gpus", "all"]);
+    assert_sees(&gpus_all, &gpus, &modeset, "--gpus all");
     assert_untouched(&run(&[]), &format!("{label}: without a GPU request"));
     let bad = run(&["-e", "NVIDIA_VISIBLE_DEVICES=7"]);
     let reason = "GPU index 7 does not exist";
