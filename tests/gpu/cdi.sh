@@ -13,11 +13,6 @@ carry=$PWD/.device-carry
 out=${1:-/tmp/nvc-cdi}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/nvc-cdi.XXXXXX)
-fail=0
-check() { # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then echo "PASS $name"; else echo "FAIL $name"; fail=1; fi
-}
 
 . tests/gpu/common.sh
 

@@ -1,9 +1,15 @@
-# Sourced by the GPU-machine scripts (e2e.sh, hostile.sh): installs the carried runc,
+# Sourced by the GPU-machine scripts (e2e.sh, cdi.sh, hostile.sh): installs the carried runc,
 # builds a small rootfs with no NVIDIA file in $work/rootfs, writes an nvc config and
-# defines bundle() and ctr(). Expects $carry, $out and $work set and check() defined.
+# defines check(), bundle() and ctr(). Expects $carry, $out and $work set; $fail counts.
 # NVC_GPU_RUNTIME names the low-level runtime nvc-runtime execs (default: that runc;
 # tests/gpu/runtimes.sh passes crun and a newer runc); NVC_GPU_RW_ROOTFS=1 makes the
 # bundles' rootfs writable (it is read-only otherwise).
+
+fail=0
+check() { # check NAME CONDITION-COMMAND...
+    local name=$1; shift
+    if "$@"; then echo "PASS $name"; else echo "FAIL $name"; fail=1; fi
+}
 
 # runc and its libseccomp from Debian's packages.
 install -m 0755 "$carry/runc/usr/sbin/runc" /usr/local/sbin/runc

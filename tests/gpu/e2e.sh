@@ -8,11 +8,6 @@ carry=$PWD/.device-carry
 out=${1:-/tmp/nvc-e2e}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/nvc-e2e.XXXXXX)
-fail=0
-check() { # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then echo "PASS $name"; else echo "FAIL $name"; fail=1; fi
-}
 
 . tests/gpu/common.sh
 

@@ -12,11 +12,6 @@ out=${1:-/tmp/nvc-hostile}
 race_starts=${2:-300}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/nvc-hostile.XXXXXX)
-fail=0
-check() { # check NAME CONDITION-COMMAND...
-    local name=$1; shift
-    if "$@"; then echo "PASS $name"; else echo "FAIL $name"; fail=1; fi
-}
 
 . tests/gpu/common.sh
 

@@ -117,8 +117,22 @@ fn link_proc_driver(rootfs: &Path, to: &Path) {
 
 /// Runs `nvc-hook <args>` with `state` on stdin in a private mount namespace.
 fn run_hook(args: &[&str], state: &Value) -> (bool, String) {
-    let mut child = Command::new("unshare")
-        .args(["--mount", "--propagation", "private"])
+    run_hook_in(None, args, state)
+}
+
+/// [`run_hook`], with `read_only` (a rootfs) mounted read-only in that namespace first:
+/// what older crun releases (1.21) give a createContainer hook of a spec with
+/// `root.readonly`.
+fn run_hook_in(read_only: Option<&Path>, args: &[&str], state: &Value) -> (bool, String) {
+    let mut command = Command::new("unshare");
+    command.args(["--mount", "--propagation", "private"]);
+    if let Some(rootfs) = read_only {
+        command
+            .args(["sh", "-c"])
+            .arg(r#"mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@""#)
+            .arg(rootfs);
+    }
+    let mut child = command
         .arg(workspace_bin("nvc-hook"))
         .args(args)
         .stdin(Stdio::piped())
@@ -198,31 +212,6 @@ fn a_hook_run_before_the_containers_mounts_refuses_the_container() {
     );
 }
 
-/// Runs `nvc-hook <args>` with `state` on stdin in a private mount namespace where
-/// `rootfs` is mounted read-only: what older crun releases (1.21) give a createContainer
-/// hook of a spec with `root.readonly`.
-fn run_hook_on_read_only(rootfs: &Path, args: &[&str], state: &Value) -> (bool, String) {
-    let mut child = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(r#"mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && shift && exec "$@""#)
-        .arg(rootfs)
-        .arg("-")
-        .arg(workspace_bin("nvc-hook"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), state.to_string().as_bytes()).unwrap();
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn soname_links_on_a_rootfs_made_read_only_before_the_hooks_say_why() {
     let h = Host::new();
@@ -254,7 +243,7 @@ fn soname_links_on_a_rootfs_made_read_only_before_the_hooks_say_why() {
         .unwrap();
         let state = json!({"ociVersion": "1.0.2", "id": "ro", "status": "creating",
                            "pid": 1, "bundle": bundle.dir});
-        let (ok, stderr) = run_hook_on_read_only(&rootfs.path, &args, &state);
+        let (ok, stderr) = run_hook_in(Some(&rootfs.path), &args, &state);
         assert!(!ok, "{stderr}");
         assert!(stderr.contains("Read-only file system"), "{stderr}");
         // Only a spec that asked for a read-only rootfs is the runtime's early remount;
