@@ -25,4 +25,4 @@ else
 fi
 # Doc links stay true when code moves.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --document-private-items --locked --quiet
-cargo test --workspace --locked
+cargo test --workspace --locked --no-fail-fast

@@ -126,13 +126,21 @@ fn unknown_fields_survive_in_place() {
         "/process/x-vendorProcessKnob",
         "/linux/unknownKnob",
         "/linux/resources/unknownResource",
-        "/annotations",
         "/hooks/createContainer",
         "/mounts",
         "/process/env",
     ] {
         assert_eq!(after.pointer(pointer), before.pointer(pointer), "{pointer}");
     }
+    // The annotations keep their values and order; the one nvc adds for crun's hook
+    // output comes last.
+    let mut annotations = before["annotations"].as_object().unwrap().clone();
+    annotations.insert(
+        spec::CRUN_HOOKS_STDERR.to_string(),
+        Value::from("/dev/stderr"),
+    );
+    let annotations = Value::Object(annotations);
+    assert_eq!(after["annotations"], annotations);
     assert!(
         after.pointer("/process/user").is_none(),
         "nothing is invented"
@@ -141,6 +149,7 @@ fn unknown_fields_survive_in_place() {
     fn keys(v: &Value) -> Vec<&String> {
         v.as_object().unwrap().keys().collect()
     }
+    assert_eq!(keys(&after["annotations"]), keys(&annotations));
     for pointer in ["", "/process", "/linux", "/linux/resources", "/hooks"] {
         let (b, a) = (
             keys(before.pointer(pointer).unwrap()),
