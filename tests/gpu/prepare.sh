@@ -61,5 +61,38 @@ if [ ! -x "$carry/runtimes/crun-1.28/crun" ]; then
     done
     rm -rf "$carry/runtimes/debs" "$lists"
 fi
+# The engines tests/gpu/engines.sh starts (Debian 13's Docker 26 with its containerd,
+# Podman 5.4 with conmon and netavark), with the libraries they load that a bare
+# machine may lack, packed into one xz archive (the Go programs are large).
+if [ ! -s "$carry/engines/engines.tar.xz" ]; then
+    apt_state=$(mktemp -d /tmp/nvc-apt.XXXXXX)
+    mkdir -p "$apt_state/lists/partial" "$apt_state/debs" "$apt_state/x" "$apt_state/pack/bin" "$apt_state/pack/lib"
+    echo "deb http://deb.debian.org/debian trixie main" >"$apt_state/trixie.list"
+    o=(-o Dir::Etc::sourcelist="$apt_state/trixie.list" -o Dir::Etc::sourceparts=-
+        -o Dir::State::Lists="$apt_state/lists")
+    apt-get -qq "${o[@]}" update
+    (cd "$apt_state/debs" && apt-get -qq "${o[@]}" download docker.io docker-cli containerd \
+        podman conmon netavark libsubid5 libsqlite3-0 libgpgme11t64 libassuan9 libgpg-error0 \
+        libseccomp2 libaudit1 libcap-ng0 libselinux1 libsemanage2 libsepol2 libcrypt1 libacl1 \
+        libattr1 libpam0g libbsd0 libmd0 libpcre2-8-0 libbz2-1.0 libglib2.0-0t64 libsystemd0 \
+        libatomic1 libcap2 libzstd1 liblz4-1 liblzma5 libgcrypt20 libffi8)
+    for d in "$apt_state"/debs/*.deb; do dpkg -x "$d" "$apt_state/x"; done
+    x=$apt_state/x
+    cp "$x/usr/sbin/dockerd" "$x/usr/bin/docker" "$x/usr/bin/containerd" \
+        "$x/usr/bin/containerd-shim-runc-v2" "$x/usr/bin/podman" "$x/usr/bin/conmon" \
+        "$x/usr/lib/podman/netavark" "$apt_state/pack/bin/"
+    # Each library by its soname, as a file; engines.sh installs those the machine lacks.
+    find "$x/usr/lib/x86_64-linux-gnu" -maxdepth 1 -name 'lib*.so.*' |
+        while read -r lib; do
+            soname=$(objdump -p "$lib" 2>/dev/null | awk '/SONAME/ {print $2}')
+            if [ -n "$soname" ] && [ "$(basename "$lib")" = "$soname" ]; then cp -L "$lib" "$apt_state/pack/lib/"; fi
+        done
+    (cd "$apt_state/debs" && ls *.deb) >"$apt_state/pack/packages"
+    mkdir -p "$carry/engines"
+    # One block with a dictionary larger than the archive: the Go programs share much code
+    # (about 52 MB instead of 58 with xz -9; some nine minutes of one core).
+    tar -C "$apt_state/pack" -cf - . | xz -T1 --lzma2=preset=9e,dict=256MiB >"$carry/engines/engines.tar.xz"
+    rm -rf "$apt_state"
+fi
 mkdir -p .git/info && { grep -qx "/.device-carry/" .git/info/exclude 2>/dev/null || echo "/.device-carry/" >>.git/info/exclude; }
 du -sh "$carry"

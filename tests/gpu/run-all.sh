@@ -3,7 +3,10 @@
 # report (validate.py), the runc end-to-end checks (e2e.sh), the CDI spec in runc
 # containers (cdi.sh), hostile images
 # against the real driver (hostile.sh), discovery against nvidia-smi
-# (discovery.sh) and the start-time benchmark with the real driver (nvc-bench --real).
+# (discovery.sh), the start-time benchmark with the real driver (nvc-bench --real) and,
+# where .device-carry/engines/ is there, GPU containers through Docker and Podman
+# (engines.sh; its archive is about 52 MB, so with the 64 MiB a call carries it runs in a
+# call of its own, with .device-carry/{bin,runc,commit,engines}).
 # Needs .device-carry/ from tests/gpu/prepare.sh. Usage: tests/gpu/run-all.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,5 +27,9 @@ if [ -x .device-carry/bin/nvc-bench ]; then
         >"$out/bench.txt" 2>&1 || status=1
     cp docs/performance.md "$out/performance.md"
 fi
-tail -n 3 "$out/validate.log" "$out/e2e.txt" "$out/cdi.txt" "$out/hostile.txt" "$out/discovery.txt" "$out/bench.txt" 2>/dev/null
+if [ -s .device-carry/engines/engines.tar.xz ]; then
+    bash tests/gpu/engines.sh "$tmp/engines" >"$out/engines.txt" 2>&1 || status=1
+    cp "$tmp/engines/engines.md" "$out/" 2>/dev/null
+fi
+tail -n 3 "$out/validate.log" "$out/e2e.txt" "$out/cdi.txt" "$out/hostile.txt" "$out/discovery.txt" "$out/bench.txt" "$out/engines.txt" 2>/dev/null
 exit $status
