@@ -58,7 +58,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use libnvc::cdi::hooks::{self, CdiHook, HookArgsError};
-use libnvc::discover::{proc, DiscoverError};
+use libnvc::discover::{proc, read_majors, DiscoverError};
 use libnvc::ldcache::{self, CacheArch, Entry};
 use libnvc::oci::spec::{self, SpecError, SpecView};
 use log::info;
@@ -172,8 +172,7 @@ pub fn mask_proc(
 ) -> Result<(), CdiHookError> {
     let nvidia = proc_root.join("driver/nvidia");
     let gpus = proc::read_gpus(&RealHost, &nvidia).map_err(CdiHookError::HostGpus)?;
-    let devices = libnvc::probe::read_text(&RealHost, &proc_root.join("devices")).ok();
-    let major = hooks::gpu_major(devices.as_deref());
+    let major = read_majors(&RealHost, proc_root)["nvidia"];
     let visible = hooks::visible_gpus(&gpus, major, &view.devices);
     let Some(mask) = ProcMask::prepare(&nvidia, &visible)? else {
         info!("{} does not exist: nothing to mask", nvidia.display());

@@ -43,7 +43,7 @@
 use std::path::PathBuf;
 
 use super::CdiError;
-use crate::discover::proc::{parse_char_majors, ProcGpu};
+use crate::discover::proc::ProcGpu;
 use crate::version::Version;
 
 /// The mode that makes symbolic links.
@@ -58,9 +58,6 @@ pub const ARGV0: &str = "nvc-hook";
 const COMPAT_FLAG: &str = "--cuda-compat-above";
 /// The flag that names the host's proc root, whose `driver/nvidia` the mask shows.
 const PROC_ROOT_FLAG: &str = "--proc-root";
-/// The major of `/dev/nvidia<N>` when `/proc/devices` does not say (the driver's fixed
-/// one, as discovery assumes).
-const NVIDIA_MAJOR: u32 = 195;
 
 /// A symbolic link to make: `link` (absolute, in the container) pointing to `target`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -292,14 +289,6 @@ impl CdiHook {
             compat_above,
         })
     }
-}
-
-/// The major of the GPUs' device nodes, from the host's `/proc/devices` (`None` when it
-/// could not be read): the `nvidia` character device, else the driver's fixed 195.
-pub fn gpu_major(proc_devices: Option<&str>) -> u32 {
-    proc_devices
-        .and_then(|text| parse_char_majors(text).get("nvidia").copied())
-        .unwrap_or(NVIDIA_MAJOR)
 }
 
 /// The bus ids of the GPUs a container was given, in `gpus`' order: those among `gpus`
@@ -551,17 +540,5 @@ mod tests {
             visible_gpus(&gpus, 511, &[dev("/dev/nvidia0", 195, 0)]),
             Vec::<String>::new()
         );
-    }
-
-    #[test]
-    fn the_gpu_major_comes_from_proc_devices() {
-        let devices = "Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n238 nvidia-uvm\n\nBlock devices:\n  7 nvidia\n";
-        assert_eq!(gpu_major(Some(devices)), 195);
-        assert_eq!(
-            gpu_major(Some("Character devices:\n 10 misc\n507 nvidia\n")),
-            507
-        );
-        assert_eq!(gpu_major(Some("Character devices:\n 10 misc\n")), 195);
-        assert_eq!(gpu_major(None), 195);
     }
 }

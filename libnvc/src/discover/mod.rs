@@ -14,6 +14,8 @@ mod nodes;
 pub mod proc;
 pub mod tables;
 
+pub use nodes::read_majors;
+
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;

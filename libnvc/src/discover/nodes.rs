@@ -33,9 +33,17 @@ pub struct DeviceNode {
 /// The majors the driver registered, from `<proc_root>/devices`, with the driver's
 /// fixed `nvidia` major as a fallback.
 pub fn read_majors(probe: &dyn HostProbe, proc_root: &Path) -> BTreeMap<String, u32> {
-    let mut m = probe::read_text(probe, &proc_root.join("devices"))
-        .map(|t| parse_char_majors(&t))
-        .unwrap_or_default();
+    majors(
+        probe::read_text(probe, &proc_root.join("devices"))
+            .ok()
+            .as_deref(),
+    )
+}
+
+/// The majors of `/proc/devices`' text (`None` when it could not be read), with the
+/// driver's fixed `nvidia` major as a fallback.
+fn majors(proc_devices: Option<&str>) -> BTreeMap<String, u32> {
+    let mut m = proc_devices.map(parse_char_majors).unwrap_or_default();
     m.entry("nvidia".into()).or_insert(195);
     m.entry("nvidiactl".into()).or_insert(195);
     m
@@ -154,4 +162,22 @@ pub fn imex_channels(probe: &dyn HostProbe, dev_root: &Path) -> Vec<DeviceNode> 
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::majors;
+
+    #[test]
+    fn the_gpu_major_comes_from_proc_devices() {
+        let gpu_major = |text: Option<&str>| majors(text)["nvidia"];
+        let devices = "Character devices:\n  1 mem\n195 nvidia\n195 nvidiactl\n238 nvidia-uvm\n\nBlock devices:\n  7 nvidia\n";
+        assert_eq!(gpu_major(Some(devices)), 195);
+        assert_eq!(
+            gpu_major(Some("Character devices:\n 10 misc\n507 nvidia\n")),
+            507
+        );
+        assert_eq!(gpu_major(Some("Character devices:\n 10 misc\n")), 195);
+        assert_eq!(gpu_major(None), 195);
+    }
 }
