@@ -266,6 +266,13 @@ impl Containerd {
     pub fn import(&self, tarball: &Path, name: &str) -> Result<(), EngineError> {
         let archive = self.dir.join("image.oci.tar");
         oci_archive(tarball, name, &archive)?;
+        let out = self.import_archive(&self.client.namespace, &archive);
+        EngineError::check("import the test image into containerd", out).map(drop)
+    }
+
+    /// `ctr images import` of the OCI archive `archive` into `namespace`, unpacked for
+    /// the native snapshotter.
+    fn import_archive(&self, namespace: &str, archive: &Path) -> Outcome {
         let args = [
             OsStr::new("images"),
             OsStr::new("import"),
@@ -273,7 +280,7 @@ impl Containerd {
             OsStr::new("native"),
             archive.as_os_str(),
         ];
-        EngineError::check("import the test image into containerd", self.ctr(&args)).map(drop)
+        self.client.run_in(namespace, &args, ENGINE_TIMEOUT)
     }
 
     /// Imports `tarball` (a rootfs tar) into the CRI plugin's namespace
@@ -287,14 +294,7 @@ impl Containerd {
     ) -> Result<(), EngineError> {
         let archive = self.dir.join("cri-image.oci.tar");
         oci_archive_running(tarball, name, cmd, &archive)?;
-        let args = [
-            OsStr::new("images"),
-            OsStr::new("import"),
-            OsStr::new("--snapshotter"),
-            OsStr::new("native"),
-            archive.as_os_str(),
-        ];
-        let out = self.client.run_in(CRI_NAMESPACE, &args, ENGINE_TIMEOUT);
+        let out = self.import_archive(CRI_NAMESPACE, &archive);
         EngineError::check("import an image for the CRI plugin", out).map(drop)
     }
 

@@ -108,7 +108,7 @@ fn paths_under(config: &str, dir: &Path) -> String {
 
 /// `nvc runtime configure --runtime containerd --config <config> --runtime-path
 /// <nvc-runtime> ARGS`.
-fn configure_containerd(config: &Path, args: &[&str]) {
+pub(super) fn configure_containerd(config: &Path, args: &[&str]) {
     let runtime = workspace_bin("nvc-runtime");
     let mut all = vec![
         OsStr::new("--runtime"),

@@ -9,7 +9,6 @@
 //! sandbox (pause) image, imported into the `k8s.io` namespace: nothing is pulled.
 
 use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::time::Duration;
 
 use libnvc::report::error_chain;
@@ -25,8 +24,7 @@ use nvc_tests::{
 };
 
 use super::{
-    assert_gpus, assert_gpus_with, assert_refused, assert_untouched, nvc_configure, World,
-    CTR_IMAGE, PROBE,
+    assert_gpus, assert_gpus_with, assert_refused, assert_untouched, World, CTR_IMAGE, PROBE,
 };
 
 /// The RuntimeClass handler `nvc runtime configure` registers.
@@ -110,20 +108,11 @@ impl<'w> Node<'w> {
             Containerd::cri_config(&dir, config_version, &settings),
         )
         .unwrap();
-        let runtime = workspace_bin("nvc-runtime");
-        nvc_configure(&[
-            OsStr::new("--runtime"),
-            OsStr::new("containerd"),
-            OsStr::new("--config"),
-            config.as_os_str(),
-            OsStr::new("--runtime-path"),
-            runtime.as_os_str(),
-            OsStr::new("--cdi"),
-        ]);
+        super::containerd::configure_containerd(&config, &["--cdi"]);
         let drop_in = std::fs::read_to_string(dir.join("conf.d/99-nvc.toml")).unwrap();
         assert!(drop_in.contains("enable_cdi = true"), "{drop_in}");
 
-        let bin_dir = runtime.parent().unwrap().to_path_buf();
+        let bin_dir = workspace_bin("nvc-runtime").parent().unwrap().to_path_buf();
         let containerd = Containerd::start_in(
             root,
             &dir,
