@@ -6,7 +6,11 @@
 # machine's PyTorch venv (the files a bf16 matmul and an LSTM step load). Checks
 # nvidia-smi, the CUDA results, NVIDIA_VISIBLE_DEVICES none and void, one GPU by UUID,
 # PyTorch container against bare metal, and times `docker run` with and without nvc.
-# Needs .device-carry/ from tests/gpu/prepare.sh (engines/engines.tar.xz among it).
+# Then containerd 1.7 (the one Docker 26 ships with) through its CRI plugin, driven as the
+# kubelet drives it by nvc-cri (the test kit's CRI client): the RuntimeClass handler `nv`
+# and each way NVIDIA's device plugin hands a pod its GPUs.
+# Needs .device-carry/ from tests/gpu/prepare.sh: engines/engines.tar.xz and, when bin/
+# and runc/ are not carried beside it (the 64 MiB a call carries), engines/support.tar.xz.
 # Usage: tests/gpu/engines.sh [OUT_DIR]   (writes OUT_DIR/engines.md; with
 # NVC_ENGINES_DOC=docs/gpu-validation.md its "Engines" section is replaced by it)
 # NVC_ENGINES_STARTS (20), NVC_ENGINES_REPS (5), NVC_ENGINES_TORCH=0 skips PyTorch.
@@ -20,6 +24,10 @@ starts=${NVC_ENGINES_STARTS:-20}
 reps=${NVC_ENGINES_REPS:-5}
 t0=$(date +%s)
 
+# nvc's binaries, runc and the commit, packed beside the engines to fit one call's carry.
+if [ -s "$carry/engines/support.tar.xz" ] && [ ! -x "$carry/bin/nvc-cri" ]; then
+    xz -dc "$carry/engines/support.tar.xz" | tar -C "$carry" -xf - || { echo "FAIL unpack engines/support.tar.xz"; exit 1; }
+fi
 . tests/gpu/common.sh
 md=$out/engines.md
 : >"$md"
@@ -298,6 +306,60 @@ if [ $podman_up = 1 ]; then
     [ $torch_ok = 1 ] && { podman import "$work/torch.tar" nvc-torch >/dev/null 2>&1; check "podman imports the PyTorch image" podman image exists nvc-torch; }
 fi
 
+# --- containerd through its CRI plugin: a node as `nvc runtime configure --runtime
+# containerd --cdi` leaves it (the RuntimeClass handler nv, CDI on, nvc's spec in
+# /etc/cdi), pods run by nvc-cri as the kubelet runs them (RunPodSandbox with the
+# handler, CreateContainer, StartContainer, the CRI log), host network, nothing pulled:
+# the test image is imported into the k8s.io namespace, once more as the sandbox image.
+section "containerd CRI"
+c=$work/cri
+mkdir -p "$c/pods"
+cri_up=0
+cri_v=
+if [ -x "$carry/bin/nvc-cri" ] && [ -x "$eng/bin/ctr" ]; then
+    "$carry/bin/nvc-cri" config "$c" 2 docker.io/library/nvc-pause:latest /etc/cdi >"$c/config.toml"
+    "$carry/bin/nvc" runtime configure --runtime containerd --config "$c/config.toml" \
+        --runtime-path "$carry/bin/nvc-runtime" --cdi
+    echo "\$ cat conf.d/99-nvc.toml"; cat "$c/conf.d/99-nvc.toml"; echo
+    # The device plugin's volume-mounts strategy needs the setting that accepts it.
+    cp "$NVC_CONFIG" "$c/nvc.toml" && printf '\n[requests]\naccept-devices-as-volume-mounts = true\n' >>"$c/nvc.toml"
+    NVC_CONFIG=$c/nvc.toml TMPDIR=$c setsid "$eng/bin/containerd" --config "$c/config.toml" >"$c/containerd.log" 2>&1 </dev/null &
+    echo $! >"$c/containerd.pid"
+    cctr() { timeout 300 "$eng/bin/ctr" --address "$c/containerd.sock" -n k8s.io "$@"; }
+    for _ in $(seq 60); do cctr version >/dev/null 2>&1 && { cri_up=1; break; }; sleep 1; done
+    check "containerd starts with the CRI plugin" test $cri_up = 1
+    [ $cri_up = 1 ] || tail -20 "$c/containerd.log"
+    if [ $cri_up = 1 ]; then
+        cri_v="containerd $("$eng/bin/containerd" --version | awk '{print $3}'), CRI config version 2"
+        "$carry/bin/nvc-cri" image "$work/img.tar" docker.io/library/nvc-gpu-test:latest "$c/img.oci.tar" -- sh &&
+            "$carry/bin/nvc-cri" image "$work/img.tar" docker.io/library/nvc-pause:latest "$c/pause.oci.tar" -- busybox sleep 86400 &&
+            cctr images import --snapshotter native "$c/img.oci.tar" >/dev/null &&
+            cctr images import --snapshotter native "$c/pause.oci.tar" >/dev/null
+        check "ctr imports the test and sandbox images into k8s.io" eval 'cctr images ls -q | grep -q nvc-gpu-test && cctr images ls -q | grep -q nvc-pause'
+    fi
+fi
+cri() { # cri OPTIONS... nvc-gpu-test COMMAND...: a pod on handler nv (OPTIONS as nvc-cri run takes them)
+    local opts=()
+    while [ $# -gt 0 ] && [ "$1" != nvc-gpu-test ]; do opts+=("$1"); shift; done
+    shift
+    timeout 300 "$carry/bin/nvc-cri" run "$c/containerd.sock" docker.io/library/nvc-gpu-test:latest \
+        --log-dir "$c/pods" "${opts[@]}" -- "$@" 2>&1
+}
+if [ $cri_up = 1 ]; then
+    gpu_checks cri cri "envvar strategy, NVIDIA_VISIBLE_DEVICES=$uuid" -e "NVIDIA_VISIBLE_DEVICES=$uuid"
+    gpu_checks cri cri "cdi-cri strategy, CDIDevice nvidia.com/gpu=$uuid" --cdi "nvidia.com/gpu=$uuid"
+    gpu_checks cri cri "cdi-annotations strategy, nvidia.com/gpu=all" \
+        --annotation "cdi.k8s.io/nvidia-device-plugin_e5a0f26b=nvidia.com/gpu=all"
+    gpu_checks cri cri "volume-mounts strategy, /var/run/nvidia-container-devices/$uuid" \
+        -e NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices --mount "/dev/null:/var/run/nvidia-container-devices/$uuid"
+    none_void cri cri
+    plain=$(cri nvc-gpu-test sh -c 'vadd; ls /dev/nvidia* /usr/lib/x86_64-linux-gnu/libcuda* 2>&1'); echo "[cri, no request] $plain"
+    check "cri without a GPU request: no GPU and no driver" eval '! grep -q "result=OK" <<<"$plain" && ! grep -q "^/dev/nvidia0" <<<"$plain"'
+    bad=$(cri -e NVIDIA_VISIBLE_DEVICES=7 nvc-gpu-test true); rc=$?; echo "[cri, NVIDIA_VISIBLE_DEVICES=7] exit $rc: $bad"
+    check "cri NVIDIA_VISIBLE_DEVICES=7: the pod is refused and the CRI error names the GPU index" eval '[ $rc = 125 ] && grep -q "GPU index 7" <<<"$bad"'
+    kill "$(cat "$c/containerd.pid")" 2>/dev/null
+fi
+
 # --- PyTorch: torch sees the GPU; bf16 matmul and LSTM step, bare metal and each engine,
 # alternated.
 declare -A bench_rows
@@ -321,8 +383,12 @@ if [ $torch_ok = 1 ]; then
         check "podman CDI: torch sees the GPU, with the host's name" grep -q "\"available\": true.*\"name\": \"$gpu_name\"" <<<"$i"
         engines_torch+=(podman)
     fi
+    order=(bare "${engines_torch[@]}")
     for r in $(seq "$reps"); do
-        for where in bare "${engines_torch[@]}"; do
+        # Every other repetition in the reverse order, so a drift weighs on each alike.
+        if [ $((r % 2)) = 0 ]; then ord=(); for ((i = ${#order[@]} - 1; i >= 0; i--)); do ord+=("${order[i]}"); done
+        else ord=("${order[@]}"); fi
+        for where in "${ord[@]}"; do
             case $where in
                 bare) o=$(PYTHONUNBUFFERED=1 "$venv_py" tests/gpu/workload.py bench 2>&1) ;;
                 docker) o=$(dtorch bench) ;;
@@ -362,6 +428,7 @@ fi
 # --- The report.
 section "report"
 [ $docker_up = 1 ] && kill "$(cat "$d/dockerd.pid")" 2>/dev/null
+cp "$c/containerd.log" "$out/" 2>/dev/null
 python3 - "$results" "$work/bench" "$work/starts" "$md" "$starts" "$reps" <<PY
 import json, os, statistics, sys
 results, bench, starts, md, n_starts, n_reps = sys.argv[1:7]
@@ -371,6 +438,7 @@ lines = ["## Engines", "",
          "| gpu | $gpu_name |", "| driver | $driver |",
          "| Docker | $docker_v; containerd $containerd_v |",
          "| Podman | $podman_v |",
+         "| CRI | $cri_v; client nvc-cri, handler nv |",
          "| runc | $(runc --version | head -1) |",
          "| nvc | $(cat "$carry/commit" 2>/dev/null) |", "",
          "| check | result |", "| --- | --- |"]
@@ -385,7 +453,7 @@ if os.path.exists(bench):
         w, j = l.split(" ", 1)
         rows.setdefault(w, []).append(json.loads(j))
     lines += ["", "### PyTorch: container / bare metal", "",
-              f"workload.py bench, {n_reps} repetitions alternated (bare metal, then each engine). bf16 matmul 8192×8192×8192: median of 300 after 100 warm-up; LSTM classifier step (cuDNN, Adam): median of 100 after 20 warm-up.", "",
+              f"workload.py bench, {n_reps} repetitions alternated (bare metal and each engine, every other repetition in reverse order). " + next(iter(rows.values()))[0].get("method", ""), "",
               "| engine | metric | bare metal (median ms) | container (median ms) | ratio | within 2% |", "| --- | --- | --- | --- | --- | --- |"]
     for w in [w for w in rows if w != "bare"]:
         for k, label in (("matmul_ms", "bf16 matmul"), ("lstm_step_ms", "LSTM step")):
@@ -414,19 +482,16 @@ if os.path.exists(starts):
         base = med(t.get((e, "runc"), [float("nan")]))
         lines.append(f"| {e} | {how} | {med(v):.0f} | {min(v):.0f} | {max(v):.0f} | {med(v) - base:+.0f} |")
         print(f"start {e} {how}: median {med(v):.0f} ms (n={len(v)}, min {min(v):.0f}, max {max(v):.0f})")
+verdicts = [l.split("|", 1)[0] for l in open(results)]
+summary = f"**{verdicts.count('PASS')} of {len(verdicts)} checks passed**" + (
+    "." if "FAIL" not in verdicts else ": " + "; ".join(
+        l.rstrip("\n").split("|", 1)[1] for l in open(results) if l.startswith("FAIL")) + " failed.")
+at = lines.index("| check | result |")
+lines[at:at] = [summary, ""]
 open(md, "w").write("\n".join(lines) + "\n")
 PY
 grep -q '^FAIL' "$results" && fail=1
-if [ -n "${NVC_ENGINES_DOC:-}" ]; then
-    python3 - "$NVC_ENGINES_DOC" "$md" <<'PY'
-import re, sys
-doc, md = sys.argv[1:3]
-text, new = open(doc).read(), open(md).read()
-m = re.search(r"^## Engines\n.*?(?=^## (?!#)|\Z)", text, flags=re.S | re.M)
-text = text[:m.start()] + new + text[m.end():] if m else text.rstrip("\n") + "\n\n" + new
-open(doc, "w").write(text)
-PY
-fi
+[ -n "${NVC_ENGINES_DOC:-}" ] && python3 tests/gpu/doc-section.py "$NVC_ENGINES_DOC" "$md"
 cp "$d/dockerd.log" "$out/" 2>/dev/null
 echo; echo "took $(($(date +%s) - t0)) s"
 [ $fail = 0 ] && echo "ALL PASSED" || echo "SOME FAILED"

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 carry=.device-carry
 cargo build --release --locked --workspace
 mkdir -p "$carry/bin" "$carry/debs"
-cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-fake-driver,nvc-bench} "$carry/bin/"
+cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-fake-driver,nvc-bench,nvc-cri} "$carry/bin/"
 git describe --always --dirty >"$carry/commit"
 # A base build to time against (tests/gpu/bench-compare.sh): NVC_OLD_COMMIT=<commit>.
 if [ -n "${NVC_OLD_COMMIT:-}" ]; then
@@ -61,8 +61,8 @@ if [ ! -x "$carry/runtimes/crun-1.28/crun" ]; then
     done
     rm -rf "$carry/runtimes/debs" "$lists"
 fi
-# The engines tests/gpu/engines.sh starts (Debian 13's Docker 26 with its containerd,
-# Podman 5.4 with conmon and netavark), with the libraries they load that a bare
+# The engines tests/gpu/engines.sh starts (Debian 13's Docker 26 with its containerd and
+# ctr, Podman 5.4 with conmon and netavark), with the libraries they load that a bare
 # machine may lack, packed into one xz archive (the Go programs are large).
 if [ ! -s "$carry/engines/engines.tar.xz" ]; then
     apt_state=$(mktemp -d /tmp/nvc-apt.XXXXXX)
@@ -78,7 +78,7 @@ if [ ! -s "$carry/engines/engines.tar.xz" ]; then
         libatomic1 libcap2 libzstd1 liblz4-1 liblzma5 libgcrypt20 libffi8)
     for d in "$apt_state"/debs/*.deb; do dpkg -x "$d" "$apt_state/x"; done
     x=$apt_state/x
-    cp "$x/usr/sbin/dockerd" "$x/usr/bin/docker" "$x/usr/bin/containerd" \
+    cp "$x/usr/sbin/dockerd" "$x/usr/bin/docker" "$x/usr/bin/containerd" "$x/usr/bin/ctr" \
         "$x/usr/bin/containerd-shim-runc-v2" "$x/usr/bin/podman" "$x/usr/bin/conmon" \
         "$x/usr/lib/podman/netavark" "$apt_state/pack/bin/"
     # Each library by its soname, as a file; engines.sh installs those the machine lacks.
@@ -94,5 +94,9 @@ if [ ! -s "$carry/engines/engines.tar.xz" ]; then
     tar -C "$apt_state/pack" -cf - . | xz -T1 --lzma2=preset=9e,dict=256MiB >"$carry/engines/engines.tar.xz"
     rm -rf "$apt_state"
 fi
+# What engines.sh needs besides the engines, small enough to go with them in one call:
+# nvc's binaries, runc with libseccomp and busybox, the commit.
+mkdir -p "$carry/engines" && tar -C "$carry" -cf - bin/nvc bin/nvc-runtime bin/nvc-hook bin/nvc-cri commit runc/usr/sbin/runc \
+    runc/usr/lib/x86_64-linux-gnu runc/bin/busybox | xz -T0 -9 >"$carry/engines/support.tar.xz"
 mkdir -p .git/info && { grep -qx "/.device-carry/" .git/info/exclude 2>/dev/null || echo "/.device-carry/" >>.git/info/exclude; }
 du -sh "$carry"

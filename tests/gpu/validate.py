@@ -314,7 +314,7 @@ def main():
           "| check | result |", "| --- | --- |"] + \
          [f"| {name} | {'PASS' if ok else 'FAIL'} |" for name, ok, _, _ in rep.checks] + ["", "## Speed: container / bare metal", "",
           f"The same `workload.py bench` run inside an nvc container (the framework image, `NVIDIA_VISIBLE_DEVICES=all`) and on bare metal, alternating, {len(rows)} repetitions. "
-          "bf16 matmul: 8192×8192×8192, median of 300 after 100 warm-up. LSTM classifier (embedding 256, 2-layer LSTM 512 with cuDNN, batch 64 × 128 tokens, Adam): median step of 100 after 20 warm-up.", "",
+          + (rows[0]["bare"].get("method", "") if rows else ""), "",
           "| metric | bare metal (median) | container (median) | ratio container/bare: median | min | max |",
           "| --- | --- | --- | --- | --- | --- |"]
     for k, label in (("matmul_ms", "bf16 matmul, ms"), ("lstm_step_ms", "LSTM train step, ms")):

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use crate::Outcome;
 
-pub use archive::oci_archive;
+pub use archive::{oci_archive, oci_archive_running};
 pub use command::run_command;
 pub use containerd::{Containerd, CriSettings, CRI_NAMESPACE};
 pub use daemon::remove_cgroups;

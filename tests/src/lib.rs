@@ -36,9 +36,9 @@ pub use devices::{
     NVIDIA_UVM_MAJOR,
 };
 pub use engines::{
-    cri, engine_path, find_program, oci_archive, remove_cgroups, run_command, Containerd,
-    CriSettings, Dockerd, EngineError, EngineRoot, Podman, RootUser, RootView, CGROUP_PREFIX,
-    CRI_NAMESPACE, ENGINE_TIMEOUT, MASKED_DIRS, START_TIMEOUT,
+    cri, engine_path, find_program, oci_archive, oci_archive_running, remove_cgroups, run_command,
+    Containerd, CriSettings, Dockerd, EngineError, EngineRoot, Podman, RootUser, RootView,
+    CGROUP_PREFIX, CRI_NAMESPACE, ENGINE_TIMEOUT, MASKED_DIRS, START_TIMEOUT,
 };
 pub use error::FakeError;
 pub use harness::{

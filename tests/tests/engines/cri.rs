@@ -357,6 +357,51 @@ fn device_list_strategies(node: &Node<'_>, gpus: &[FakeGpu]) {
     );
 }
 
+/// `nvc-cri run`, the CRI client on the command line that tests/gpu/engines.sh drives the
+/// GPU machine's containerd with: a GPU by CDI name reaches its pod, the container's
+/// output and exit code come back, and a refusal exits 125 with the CRI error.
+fn command_line_client(node: &Node<'_>, gpus: &[FakeGpu]) {
+    let cli = |name: &str, options: &[&str]| -> Outcome {
+        let fake_proc = format!("{}:/run/fake-proc", node.w.fake.proc_root.display());
+        let log_dir = node.w.path("cli-pods");
+        let cgroup_parent = format!("/{}", node.containerd.namespace);
+        let mut command = std::process::Command::new(workspace_bin("nvc-cri"));
+        command
+            .arg("run")
+            .arg(&node.containerd.socket)
+            .arg(CTR_IMAGE)
+            .args(["--log-dir".as_ref(), log_dir.as_os_str()])
+            .args(["--cgroup-parent", &cgroup_parent, "--mount", &fake_proc])
+            .args(["-e", "NVC_FAKE_PROC=/run/fake-proc"])
+            .args(options)
+            .args(["--", "sh", "-c", PROBE]);
+        let out = command.output().unwrap();
+        Outcome {
+            command: format!("nvc-cri run {name}"),
+            status: out.status.code().unwrap_or(-1),
+            timed_out: false,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            log: String::new(),
+        }
+    };
+    let name = format!("nvidia.com/gpu={}", gpus[1].uuid);
+    assert_gpus_with(
+        &cli("cdi-cri", &["--cdi", &name]),
+        &gpus[1..2],
+        &["/dev/nvidia-modeset 195:254"],
+        &node.context(&format!("nvc-cri run --cdi {name}")),
+    );
+    let out = cli("bad", &["-e", "NVIDIA_VISIBLE_DEVICES=7"]);
+    assert_eq!(
+        out.status,
+        125,
+        "{out:?}\n{}",
+        node.context("nvc-cri run, refused")
+    );
+    assert!(out.stderr.contains("GPU index 7"), "{out:?}");
+}
+
 /// With the secure setting, an unprivileged pod's NVIDIA_VISIBLE_DEVICES is ignored
 /// (nvc logs why) while the device plugin's mounts are honoured.
 fn secure_setting(node: &Node<'_>, gpus: &[FakeGpu]) {
@@ -395,6 +440,7 @@ fn cri_containerd17_device_list_strategies() {
         node.version
     );
     device_list_strategies(&node, &w.gpus());
+    command_line_client(&node, &w.gpus());
     node.finish();
 }
 
