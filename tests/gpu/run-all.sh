@@ -4,9 +4,10 @@
 # containers (cdi.sh), hostile images
 # against the real driver (hostile.sh), discovery against nvidia-smi
 # (discovery.sh), the start-time benchmark with the real driver (nvc-bench --real) and,
-# where .device-carry/engines/ is there, GPU containers through Docker and Podman
-# (engines.sh; its archive is about 52 MB, so with the 64 MiB a call carries it runs in a
-# call of its own, with .device-carry/{bin,runc,commit,engines}).
+# where .device-carry/engines/ is there, GPU containers through Docker, Podman and
+# containerd's CRI plugin (engines.sh; its archive is about 55 MB, so with the 64 MiB a
+# call carries it runs in a call of its own, carrying .device-carry/engines alone: nvc's
+# binaries, runc and the commit come in engines/support.tar.xz).
 # Needs .device-carry/ from tests/gpu/prepare.sh. Usage: tests/gpu/run-all.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
