@@ -64,8 +64,9 @@ fi
 install -m 0644 "$repo/config/config.toml" "$root/etc/nvc/config.toml"
 
 # Podman (and CRI-O) run every hook in hooks.d; nvc-hook does nothing for a container
-# that asks for no GPU. timeout: the shipped hook.timeout (30) plus the 2 s the runtime
-# waits before it kills the hook.
+# that asks for no GPU; at poststop (state "stopped") it takes away what it made in the
+# rootfs. timeout: the shipped hook.timeout (30) plus the 2 s the runtime waits before it
+# kills the hook.
 cat >"$root/usr/share/containers/oci/hooks.d/oci-nvc-hook.json" <<'EOF'
 {
   "version": "1.0.0",
@@ -76,7 +77,7 @@ cat >"$root/usr/share/containers/oci/hooks.d/oci-nvc-hook.json" <<'EOF'
     "timeout": 32
   },
   "when": { "always": true },
-  "stages": ["prestart"]
+  "stages": ["prestart", "poststop"]
 }
 EOF
 

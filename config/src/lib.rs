@@ -84,6 +84,9 @@ pub struct HookConfig {
     /// container's start forever; from 1 to [`MAX_HOOK_TIMEOUT`].
     #[serde(deserialize_with = "hook_timeout")]
     pub timeout: u32,
+    /// Where the hook keeps, per container, what it made in the rootfs, to take it away
+    /// when the container ends: root's, on the host's `/run` (a reboot empties it).
+    pub state_dir: PathBuf,
 }
 
 /// The default of `hook.timeout`, in seconds.
@@ -110,6 +113,7 @@ impl Default for HookConfig {
         HookConfig {
             path: PathBuf::from("/usr/bin/nvc-hook"),
             timeout: DEFAULT_HOOK_TIMEOUT,
+            state_dir: PathBuf::from("/run/nvc"),
         }
     }
 }

@@ -7,9 +7,12 @@
 //!   "hook": {"path": "/usr/bin/nvc-hook", "args": ["nvc-hook", "prestart"], "env": ["PATH=..."],
 //!            "timeout": 32},
 //!   "when": {"always": true},
-//!   "stages": ["prestart"]
+//!   "stages": ["prestart", "poststop"]
 //! }
 //! ```
+//!
+//! At `poststop` the runtime runs the same command with the state's status `stopped`:
+//! `nvc-hook` then takes away what it made in the rootfs at `prestart`.
 //!
 //! `always`, like NVIDIA's own hook file: podman's `annotations` condition would miss
 //! containers that ask for GPUs through their environment, and `nvc-hook` returns at
@@ -67,7 +70,7 @@ pub fn configure(existing: &str, opts: &PodmanOptions<'_>) -> Result<String, Pod
     // with a message.
     hook.insert("timeout".into(), json!(opts.timeout));
     root.insert("when".into(), json!({"always": true}));
-    root.insert("stages".into(), json!(["prestart"]));
+    root.insert("stages".into(), json!(["prestart", "poststop"]));
     if root == before {
         return Ok(existing.to_string());
     }
@@ -128,7 +131,7 @@ mod tests {
                 "version": "1.0.0",
                 "hook": {"path": "/usr/bin/nvc-hook", "args": ["nvc-hook", "prestart"], "env": [HOOK_PATH_ENV], "timeout": 32},
                 "when": {"always": true},
-                "stages": ["prestart"]
+                "stages": ["prestart", "poststop"]
             })
         );
         assert_eq!(configure(&out, &OPTS).unwrap(), out);
@@ -147,7 +150,7 @@ mod tests {
         assert_eq!(v["hook"]["env"], json!(["PATH=/opt/bin"]));
         assert_eq!(v["hook"]["timeout"], 32);
         assert_eq!(v["when"], json!({"always": true}));
-        assert_eq!(v["stages"], json!(["prestart"]));
+        assert_eq!(v["stages"], json!(["prestart", "poststop"]));
     }
 
     #[test]

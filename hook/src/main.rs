@@ -3,6 +3,7 @@
 //! which runc shows the user, and a non-zero exit, which makes runc abort the container.
 
 mod cdi_hooks;
+mod poststop;
 mod run;
 
 use std::process::ExitCode;
@@ -17,6 +18,7 @@ fn main() -> ExitCode {
             let args: Vec<String> = std::env::args().skip(2).collect();
             run::run(&args)
         }
+        "poststop" => poststop::run().map_err(run::HookError::from),
         other => Err(run::HookError::Usage(other.to_string())),
     };
     match result {

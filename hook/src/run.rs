@@ -7,6 +7,7 @@ use libnvc::plan::{ConfigSource, Plan, PlanError, Stage, DEVICE_MOUNT_ARG};
 use nvc_config::Config;
 use nvc_host::probe::RealHost;
 use nvc_host::setup::{self, Target};
+use nvc_host::trace::RecordDir;
 use serde::Deserialize;
 
 /// Why the hook failed.
@@ -42,12 +43,19 @@ pub enum HookError {
     /// The spec's device cgroup rules are invalid.
     #[error(transparent)]
     DeviceRules(#[from] nvc_host::devcgroup::DevCgroupError),
+    /// Taking away what was made, when the container ended, failed.
+    #[error(transparent)]
+    Poststop(#[from] crate::poststop::PoststopError),
 }
 
 #[derive(Deserialize)]
 struct State {
     #[serde(default)]
+    id: String,
+    #[serde(default)]
     pid: i32,
+    #[serde(default)]
+    status: String,
     bundle: PathBuf,
 }
 
@@ -86,6 +94,10 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
 
     let raw = libnvc::oci::state::read(std::io::stdin())?;
     let state: State = serde_json::from_slice(&raw).map_err(HookError::State)?;
+    if state.status == "stopped" {
+        // A hooks.d file that lists both stages runs the same command at poststop.
+        return Ok(crate::poststop::undo(&config, &state.id, &state.bundle)?);
+    }
     if state.pid <= 0 {
         return Err(HookError::NoPid);
     }
@@ -123,7 +135,32 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         readonly: plan.view.readonly,
         tmpfs_mounts: plan.view.tmpfs_mounts.clone(),
     };
-    setup::set_up(&gpu.driver, &gpu.edits, &target)?;
+    // Opened here, in the host's mount namespace: set_up enters the container's.
+    let record = match RecordDir::create(
+        &config.hook.state_dir,
+        &state.id,
+        &state.bundle,
+        &target.rootfs,
+        state.pid,
+    ) {
+        Ok(record) => Some(record),
+        Err(e) => {
+            log::warn!(
+                "what nvc makes in the rootfs stays after the container: {}",
+                libnvc::report::error_chain(&e)
+            );
+            None
+        }
+    };
+    let (_, trace) = setup::set_up_noted(&gpu.driver, &gpu.edits, &target)?;
+    if let Some(record) = record {
+        if let Err(e) = record.save(&trace) {
+            log::warn!(
+                "what nvc made in the rootfs stays after the container: {}",
+                libnvc::report::error_chain(&e)
+            );
+        }
+    }
     Ok(())
 }
 

@@ -37,6 +37,7 @@
 mod create;
 mod error;
 mod explain;
+mod journal;
 mod mount;
 mod read;
 mod resolve;
@@ -50,6 +51,7 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
 pub use error::{FileKind, FsError};
+pub use journal::{Made, Unmade};
 pub use mount::{
     check_char_device, enter_mount_namespace, mkdir_at, write_at, DetachedMount, MountAttrs,
 };
@@ -92,4 +94,8 @@ pub struct ContainerRoot {
     read_only: bool,
     /// Which mounts of the namespace are shared: read once for a root and its submounts.
     propagation: std::sync::Arc<std::sync::Mutex<Propagation>>,
+    /// What was made in the rootfs, shared by a root and its submounts.
+    journal: std::sync::Arc<journal::Journal>,
+    /// Whether what this root makes is the rootfs's (it is on the rootfs's mount).
+    journaled: bool,
 }

@@ -32,6 +32,15 @@ pub enum UpdateError {
     Build(#[source] LdCacheError),
 }
 
+/// A written ld.so.cache: what was there before, and what was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheChange {
+    /// The image's cache, or `None` where it had none.
+    pub original: Option<Vec<u8>>,
+    /// The cache written.
+    pub written: Vec<u8>,
+}
+
 /// Writes the container's ld.so.cache: the compat libraries newer than `compat_above`
 /// (the host driver's version; `None`: none), then `ours`, then the image's entries.
 pub fn update(
@@ -39,11 +48,23 @@ pub fn update(
     ours: Vec<Entry>,
     compat_above: Option<&Version>,
 ) -> Result<(), UpdateError> {
+    update_noted(root, ours, compat_above).map(drop)
+}
+
+/// [`update`], saying what it wrote over what, when it wrote the file (not in a
+/// read-only rootfs, where the new cache is a mount that goes with the container).
+pub fn update_noted(
+    root: &ContainerRoot,
+    ours: Vec<Entry>,
+    compat_above: Option<&Version>,
+) -> Result<Option<CacheChange>, UpdateError> {
     let cache = Path::new(LD_CACHE);
     let mut entries = crate::compat::entries(root, compat_above);
     entries.extend(ours);
+    let mut original = None;
+    let mut unknown = false;
     match root.read_file(cache, MAX_CACHE) {
-        Ok(data) => match ldcache::parse(&data) {
+        Ok(data) => match ldcache::parse(&original.insert(data)[..]) {
             // The cache written has no extension section: glibc-hwcaps entries would
             // point at subdirectories it cannot name.
             Ok(image) => entries.extend(
@@ -54,7 +75,11 @@ pub fn update(
             ),
             Err(e) => warn!("ignoring the image's unreadable {LD_CACHE}: {e}"),
         },
-        Err(e) => debug!("no usable {LD_CACHE} in the image: {e}"),
+        Err(e) => {
+            // Only a cache that is not there at all is known to be restored by removal.
+            unknown = !matches!(e, FsError::NotFound { .. });
+            debug!("no usable {LD_CACHE} in the image: {e}");
+        }
     }
     let mut seen = HashSet::new();
     entries.retain(|e| seen.insert((e.name.clone(), e.path.clone(), e.flags, e.hwcap)));
@@ -65,15 +90,18 @@ pub fn update(
             // A link there is never followed nor replaced: the image keeps its cache.
             Err(e @ FsError::WrongType { .. }) => {
                 info!("the ld.so.cache is left as it is: {e}");
-                return Ok(());
+                return Ok(None);
             }
             Err(e) => return Err(e.into()),
         };
         let file = DetachedMount::file(&bytes, 0o644, "the container's new ld.so.cache")?;
         root.attach(file, &point, cache)?;
-        return Ok(());
+        return Ok(None);
     }
     root.mkdir_all(Path::new("/etc"), 0o755)?;
     root.write_file(cache, &bytes, 0o644)?;
-    Ok(())
+    Ok((!unknown).then_some(CacheChange {
+        original,
+        written: bytes,
+    }))
 }

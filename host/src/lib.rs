@@ -26,6 +26,7 @@ pub mod logging;
 pub mod probe;
 pub mod proc_mask;
 pub mod setup;
+pub mod trace;
 
 /// Why a driver library could not answer.
 #[derive(Debug, thiserror::Error)]

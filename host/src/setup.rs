@@ -23,7 +23,9 @@ use log::{debug, info, warn};
 
 use crate::container::{self, ContainerRoot, DetachedMount, Filesystem, FsError, MountAttrs};
 use crate::devcgroup::{self, CharDevice, DeviceCgroup};
+use crate::ldcache::CacheChange;
 use crate::proc_mask::ProcMask;
+use crate::trace::Trace;
 
 /// What the hook knows about the container besides the edits.
 #[derive(Debug, Clone)]
@@ -71,6 +73,16 @@ pub fn set_up(
     planned: &ContainerEdits,
     target: &Target,
 ) -> Result<ContainerEdits, SetupError> {
+    set_up_noted(driver, planned, target).map(|(edits, _)| edits)
+}
+
+/// [`set_up`], saying also what it made in the rootfs and the ld.so.cache it wrote
+/// ([`Trace`]), for the record the hook keeps to take them away when the container ends.
+pub fn set_up_noted(
+    driver: &Driver,
+    planned: &ContainerEdits,
+    target: &Target,
+) -> Result<(ContainerEdits, Trace), SetupError> {
     container::refuse_host_root(&target.rootfs)?;
     // Phase 1, host namespace: every source, as a detached mount. The host paths do not
     // depend on the container's layout.
@@ -193,8 +205,9 @@ pub fn set_up(
         let masked = mask.apply(&root)?;
         debug!("/proc/driver/nvidia: {masked:?}");
     }
+    let mut ldcache = None;
     if target.update_ldcache && !edits.ldcache_dirs.is_empty() {
-        update_ldcache(&root, driver, &edits)?;
+        ldcache = update_ldcache(&root, driver, &edits)?;
     }
     info!(
         "set up {}: {} mounts, {} device nodes, {} links",
@@ -203,7 +216,11 @@ pub fn set_up(
         edits.device_nodes.len(),
         edits.symlinks.len()
     );
-    Ok(edits)
+    let trace = Trace {
+        made: root.made(),
+        ldcache,
+    };
+    Ok((edits, trace))
 }
 
 /// The runtime's fresh tmpfs mounts that hold something nvc mounts: the spec's `tmpfs`
@@ -291,7 +308,7 @@ fn update_ldcache(
     root: &ContainerRoot,
     driver: &Driver,
     edits: &ContainerEdits,
-) -> Result<(), SetupError> {
+) -> Result<Option<CacheChange>, SetupError> {
     let mut ours = Vec::new();
     for lib in &driver.libraries {
         // The folder the library was mounted into, if it was.
@@ -326,6 +343,9 @@ fn update_ldcache(
             });
         }
     }
-    crate::ldcache::update(root, ours, driver.version().as_ref())?;
-    Ok(())
+    Ok(crate::ldcache::update_noted(
+        root,
+        ours,
+        driver.version().as_ref(),
+    )?)
 }

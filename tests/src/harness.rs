@@ -79,8 +79,8 @@ pub fn container_id(prefix: &str) -> String {
 }
 
 /// Writes `<dir>/config.toml`, an nvc configuration for the shim and the hook: `[driver]` at
-/// the fake tree's roots, the workspace's `nvc-hook`, the absolute path of runc, and a debug
-/// log at `<dir>/nvc.log`. Returns its path.
+/// the fake tree's roots, the workspace's `nvc-hook` keeping its records in `<dir>/state`,
+/// the absolute path of runc, and a debug log at `<dir>/nvc.log`. Returns its path.
 pub fn nvc_config_for(fake: &FakeDriver, dir: &Path) -> Result<PathBuf, FakeError> {
     let hook = workspace_bin("nvc-hook");
     let runc = runc_path();
@@ -89,13 +89,14 @@ pub fn nvc_config_for(fake: &FakeDriver, dir: &Path) -> Result<PathBuf, FakeErro
     let text = format!(
         "[driver]\nroot = {}\ndev-root = {}\nproc-root = {}\n\n\
          [runtime]\nruntimes = [{}]\n\n\
-         [hook]\npath = {}\n\n\
+         [hook]\npath = {}\nstate-dir = {}\n\n\
          [log]\nfile = {}\nlevel = \"debug\"\n",
         toml_string(&fake.root),
         toml_string(&fake.dev_root),
         toml_string(&fake.proc_root),
         toml_string(&runc),
         toml_string(&hook),
+        toml_string(&dir.join("state")),
         toml_string(&dir.join("nvc.log")),
     );
     let path = dir.join("config.toml");

@@ -12,7 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
-use super::{walk, ContainerRoot, FileKind, FsError, ATTEMPTS};
+use super::{walk, ContainerRoot, FileKind, FsError, Made, ATTEMPTS};
 
 impl ContainerRoot {
     /// Creates every missing directory of `dir` (absolute, inside the container), one
@@ -55,7 +55,10 @@ impl ContainerRoot {
                 (Ok(fd), _) => Ok(fd),
                 (Err(Errno::NOENT), Some(name)) => {
                     match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
-                        Ok(()) | Err(Errno::EXIST) => {}
+                        Ok(()) => self.note(Made::Dir {
+                            path: self.shown(prefix),
+                        }),
+                        Err(Errno::EXIST) => {}
                         Err(e) => return Err(self.err(op, prefix, e)),
                     }
                     self.lookup(prefix, true)
@@ -94,7 +97,10 @@ impl ContainerRoot {
         let (dir, name) = self.parent_of(OP, path)?;
         for _ in 0..ATTEMPTS {
             match rustix::fs::mkdirat(&dir, &name, Mode::from_raw_mode(mode)) {
-                Ok(()) | Err(Errno::EXIST) => {}
+                Ok(()) => self.note(Made::Dir {
+                    path: self.shown(path),
+                }),
+                Err(Errno::EXIST) => {}
                 Err(e) => return Err(self.err(OP, path, e)),
             }
             match self.existing(OP, path, &dir, &name)? {
@@ -165,6 +171,9 @@ impl ContainerRoot {
                         Some((fd, FileKind::RegularFile)) => {
                             let st = rustix::fs::fstat(&fd).map_err(|e| self.err(op, path, e))?;
                             if (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino) {
+                                self.note(Made::File {
+                                    path: self.shown(path),
+                                });
                                 return Ok(fd);
                             }
                         }
@@ -194,6 +203,7 @@ impl ContainerRoot {
             return Err(self.read_only_err(OP, link));
         }
         let (dir, name) = self.parent_of(OP, link)?;
+        let mut previous = None;
         match self.existing(OP, link, &dir, &name)? {
             Some((fd, FileKind::Symlink)) => {
                 let current = rustix::fs::readlinkat(&fd, "", Vec::new())
@@ -201,13 +211,20 @@ impl ContainerRoot {
                 if current.as_bytes() == target.as_bytes() {
                     return Ok(());
                 }
+                previous = current.into_string().ok();
             }
             Some((_, FileKind::RegularFile)) | None => {}
             Some((_, found)) => return Err(self.wrong_type(OP, link, found)),
         }
         let (tmp, ()) =
             self.with_temp_name(OP, link, |tmp| rustix::fs::symlinkat(target, &dir, tmp))?;
-        self.rename_into_place(OP, link, &dir, &tmp, &name)
+        self.rename_into_place(OP, link, &dir, &tmp, &name)?;
+        self.note(Made::Link {
+            path: self.shown(link),
+            target: target.to_string(),
+            previous,
+        });
+        Ok(())
     }
 
     /// Writes `data` to `path` atomically: a temporary file made with

@@ -79,6 +79,8 @@ impl ContainerRoot {
             prefix: PathBuf::from("/"),
             read_only: false,
             propagation: Default::default(),
+            journal: Default::default(),
+            journaled: true,
         })
     }
 

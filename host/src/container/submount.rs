@@ -96,6 +96,8 @@ impl ContainerRoot {
             prefix: self.shown(path),
             read_only: self.read_only && on_root,
             propagation: self.propagation.clone(),
+            journal: self.journal.clone(),
+            journaled: self.journaled && on_root,
         }))
     }
 

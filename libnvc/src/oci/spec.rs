@@ -443,8 +443,10 @@ pub const CRUN_HOOKS_STDERR: &str = "run.oci.hooks.stderr";
 /// Adds `edits.device_nodes` and `hook` to `spec`; returns whether anything changed.
 ///
 /// - `hook` goes to `hooks.prestart` unless a prestart or createRuntime hook is
-///   already `hook.path` or named as one of [`KNOWN_HOOK_NAMES`]; with it, the
-///   [`CRUN_HOOKS_STDERR`] annotation unless the spec has one.
+///   already `hook.path` or named as one of [`KNOWN_HOOK_NAMES`]; with it, the same
+///   program as `<name> poststop` to `hooks.poststop` (it takes away what the prestart
+///   hook made in the rootfs), and the [`CRUN_HOOKS_STDERR`] annotation unless the spec
+///   has one.
 /// - Each device node goes to `linux.devices` unless a device has its path, and its
 ///   allow rule (`rwm`) to `linux.resources.devices` unless the same rule is there: runc
 ///   then creates the nodes and opens the device cgroup (v1 and v2) itself.
@@ -485,8 +487,15 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
         if let (Some(timeout), Value::Object(fields)) = (hook.timeout, &mut entry) {
             fields.insert("timeout".into(), json!(timeout));
         }
+        // Its poststop twin takes away what the prestart hook made in the rootfs.
+        let mut poststop = entry.clone();
+        poststop["args"] = json!([
+            hook.args.first().map_or("nvc-hook", String::as_str),
+            "poststop"
+        ]);
         let hooks = object_mut(top, "hooks", "hooks")?;
         array_mut(hooks, "prestart", "hooks.prestart")?.push(entry);
+        array_mut(hooks, "poststop", "hooks.poststop")?.push(poststop);
         // crun sends a hook's stderr nowhere unless this annotation names a file: the
         // hook's refusal ("cuda>=13.0 is not met") would reach no one, only "error
         // executing hook". runc ignores the annotation; one the spec has is kept.
@@ -776,6 +785,11 @@ mod tests {
                 "hooks": {"prestart": [{
                     "path": "/usr/bin/nvc-hook",
                     "args": ["nvc-hook", "prestart"],
+                    "env": ["PATH=/usr/bin:/bin"],
+                    "timeout": 32
+                }], "poststop": [{
+                    "path": "/usr/bin/nvc-hook",
+                    "args": ["nvc-hook", "poststop"],
                     "env": ["PATH=/usr/bin:/bin"],
                     "timeout": 32
                 }]},

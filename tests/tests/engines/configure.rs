@@ -757,7 +757,7 @@ fn podman_hook_file_round_trip() {
                 "timeout": 32
             },
             "when": {"always": true},
-            "stages": ["prestart"]
+            "stages": ["prestart", "poststop"]
         }"#
         )
     );

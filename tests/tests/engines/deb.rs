@@ -132,7 +132,7 @@ fn deb_installs_runs_and_purges_back_to_the_users_config() {
                 "timeout": 32,
             },
             "when": {"always": true},
-            "stages": ["prestart"],
+            "stages": ["prestart", "poststop"],
         })
     );
     let help = read("usr/share/doc/nvc/nvc.txt");

@@ -263,3 +263,73 @@ impl<'w> RootDocker<'w> {
         self.w.assert_clean(&[cgroup]);
     }
 }
+
+/// A GPU container that ended leaves nothing of the driver in its layer: `docker diff`
+/// shows none of nvc's mount points or links, and an image committed from it runs
+/// without nvc like the image it came from (no 0-byte `libcuda.so.*`, no cache entry for
+/// one).
+#[test]
+fn docker_commit_of_an_ended_gpu_container_carries_nothing_of_the_driver() {
+    let w = World::new();
+    let dockerd = start_dockerd(&w);
+    let name = nvc_tests::container_id("nvc-commit");
+    let mut opts: Vec<String> = vec![
+        "run".into(),
+        "--network".into(),
+        "none".into(),
+        "--runtime=nv".into(),
+        "--name".into(),
+        name.clone(),
+        "-e".into(),
+        "NVIDIA_VISIBLE_DEVICES=all".into(),
+    ];
+    opts.extend(w.fake_proc_flags());
+    opts.extend([IMAGE.into(), "sh".into(), "-c".into(), PROBE.into()]);
+    let out = dockerd.docker(&opts);
+    let context = |what: &str| {
+        format!(
+            "{what}\nnvc log:\n{}\ndockerd log:\n{}",
+            w.nvc_log(),
+            dockerd.log_tail(20)
+        )
+    };
+    assert_gpus(
+        &out,
+        &w.gpus(),
+        &context("--runtime=nv, kept after it ended"),
+    );
+
+    let diff = dockerd.docker(&["diff", name.as_str()]);
+    diff.assert_success();
+    assert!(
+        !diff.stdout.contains("nvidia") && !diff.stdout.contains("libcuda"),
+        "{}",
+        context(&format!("docker diff:\n{}", diff.stdout))
+    );
+    let image = format!("localhost/{name}:committed");
+    dockerd
+        .docker(&["commit", name.as_str(), image.as_str()])
+        .assert_success();
+    let plain = dockerd.run(
+        &[] as &[&str],
+        &image,
+        &[
+            "sh",
+            "-c",
+            "ls -la /usr/lib/x86_64-linux-gnu | grep -c -e nvidia -e libcuda; \
+             ldconfig -p | grep -c -e nvidia -e libcuda; true",
+        ],
+    );
+    plain.assert_success();
+    assert_eq!(
+        plain.stdout.lines().collect::<Vec<_>>(),
+        ["0", "0"],
+        "{}",
+        context("the committed image without nvc")
+    );
+    dockerd.docker(&["rm", name.as_str()]);
+    dockerd.docker(&["rmi", image.as_str()]);
+    let cgroup = dockerd.cgroup_parent.clone();
+    drop(dockerd);
+    w.assert_clean(&[cgroup]);
+}

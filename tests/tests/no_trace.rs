@@ -1,0 +1,132 @@
+//! No trace in the image: when a GPU container ends, `nvc-hook poststop` takes away the
+//! mount points, folders and links the prestart hook made in its rootfs and puts the
+//! image's ld.so.cache back, so that the rootfs reused for another container (or a layer
+//! committed from the stopped container) holds nothing nvc put there: no 0-byte
+//! `libcuda.so.*` for the loader to find ("file too short"), nothing for ldconfig to call
+//! empty. Real runc through nvc-runtime against fake driver trees; each World runs its
+//! containers on one rootfs, as a reused rootfs. Needs root.
+
+// The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nvc_tests::tree_digest;
+
+mod common;
+
+use common::containers::World;
+use common::LIB;
+
+/// A non-GPU container first: whatever runc itself makes in the rootfs is there before the
+/// GPU container's snapshot.
+fn settled(w: &World) -> String {
+    w.ok(&[], "true");
+    tree_digest(&w.rootfs.path)
+}
+
+/// The rootfs's entries whose names say NVIDIA (or libcuda), with their sizes.
+fn driver_names(rootfs: &Path) -> Vec<String> {
+    let digest = tree_digest(rootfs);
+    digest
+        .lines()
+        .filter(|l| l.contains("nvidia") || l.contains("libcuda"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_stopped_gpu_container_leaves_its_rootfs_as_it_was() {
+    let w = World::new();
+    let before = settled(&w);
+    assert!(driver_names(&w.rootfs.path).is_empty(), "{before}");
+    let out = w.ok(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_DRIVER_CAPABILITIES=all",
+        ],
+        "nvc-probe",
+    );
+    assert!(out.contains("cuda_version="), "{out}");
+    assert_eq!(tree_digest(&w.rootfs.path), before, "{}", w.nvc_log());
+    assert!(
+        w.nvc_log().contains("things nvc made taken away"),
+        "{}",
+        w.nvc_log()
+    );
+}
+
+#[test]
+fn a_rootfs_reused_after_a_gpu_container_has_no_driver_debris() {
+    let w = World::new();
+    w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
+    // The next container, without nvc's help, on the same rootfs: no empty library for
+    // the loader or ldconfig, no cache entry naming one.
+    let out = w
+        .run(
+            &[],
+            &format!(
+                "ls -la {LIB} | grep -c -e nvidia -e libcuda; ldconfig -p | grep -c -e nvidia \
+                 -e libcuda; ldconfig -v 2>&1 | grep -c -e empty -e 'too short'; nvc-probe"
+            ),
+        )
+        .stdout;
+    let counts: Vec<&str> = out.lines().take(3).collect();
+    assert_eq!(counts, ["0", "0", "0"], "{out}\n{}", w.nvc_log());
+    assert!(!out.contains("too short"), "{out}");
+}
+
+#[test]
+fn a_users_ldconfig_in_a_gpu_container_still_finds_the_driver_and_leaves_no_stale_entry() {
+    let w = World::new();
+    let out = w.ok(
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+        "ldconfig && ldconfig -p | grep -c libcuda.so.1 && nvc-probe",
+    );
+    assert!(
+        out.contains(&format!("realpath={LIB}/libcuda.so.")),
+        "{out}\n{}",
+        w.nvc_log()
+    );
+    // The user's cache is theirs, but what it says of the driver's files (taken away) is
+    // dropped from it.
+    let after = w.ok(&[], "ldconfig -p | grep -c -e nvidia -e libcuda || true");
+    assert_eq!(after.trim(), "0", "{}", w.nvc_log());
+    assert!(w.nvc_log().contains("dropped from it"), "{}", w.nvc_log());
+}
+
+/// Two GPU containers on one rootfs at once: the one that ends first leaves what it made
+/// to the one still running (whose mounts sit on it), and the last one takes it all away.
+#[test]
+fn a_rootfs_shared_by_two_gpu_containers_is_cleaned_by_the_last_one() {
+    let w = World::new();
+    let before = settled(&w);
+    let long = w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "sleep 60");
+    let id = format!("nvc-trace-{}", std::process::id());
+    w.rt.create(&long, &id).assert_success();
+    w.rt.start(&id).assert_success();
+
+    let out = w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
+    assert!(out.contains("cuda_version="), "{out}");
+    assert!(w.nvc_log().contains("still runs on"), "{}", w.nvc_log());
+    // The first container's driver is still whole.
+    let inside = w.rt.command(&[
+        "exec",
+        id.as_str(),
+        "sh",
+        "-c",
+        &format!("wc -c < {LIB}/libcuda.so.1"),
+    ]);
+    inside.assert_success();
+    let size: u64 = inside.stdout.trim().parse().unwrap();
+    assert!(size > 1000, "{inside:?}");
+
+    w.rt.command(&["kill", id.as_str(), "KILL"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !w.rt.state(&id).stdout.contains("\"stopped\"") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    w.rt.delete(&id).assert_success();
+    assert_eq!(tree_digest(&w.rootfs.path), before, "{}", w.nvc_log());
+}
