@@ -1,5 +1,6 @@
 //! The hook's one job, end to end: the state on stdin names the bundle; the plan
-//! (`libnvc::plan`, stage `Hook`) says what the container gets; nvc-host sets it up.
+//! (`libnvc::plan`, stage `Hook`) says what the container gets; its GPU leases are
+//! taken (`nvc_host::leases`); nvc-host sets it up.
 
 use std::path::PathBuf;
 
@@ -42,10 +43,15 @@ pub enum HookError {
     /// The spec's device cgroup rules are invalid.
     #[error(transparent)]
     DeviceRules(#[from] nvc_host::devcgroup::DevCgroupError),
+    /// A GPU is held by another container, or its lease could not be taken.
+    #[error(transparent)]
+    Lease(#[from] nvc_host::leases::LeaseError),
 }
 
 #[derive(Deserialize)]
 struct State {
+    #[serde(default)]
+    id: String,
     #[serde(default)]
     pid: i32,
     bundle: PathBuf,
@@ -123,7 +129,20 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         readonly: plan.view.readonly,
         tmpfs_mounts: plan.view.tmpfs_mounts.clone(),
     };
-    setup::set_up(&gpu.driver, &gpu.edits, &target)?;
+    // Before anything is set up: a container refused its GPUs gets nothing.
+    let leases = nvc_host::leases::take(
+        &config.leases.dir,
+        &state.id,
+        state.pid,
+        &plan.request,
+        &gpu.driver,
+    )?;
+    if let Err(e) = setup::set_up(&gpu.driver, &gpu.edits, &target) {
+        if let Some(leases) = leases {
+            leases.release();
+        }
+        return Err(e.into());
+    }
     Ok(())
 }
 
