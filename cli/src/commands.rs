@@ -1,4 +1,4 @@
-//! The `info` and `list` commands.
+//! The `info` and `list` commands (`list --leases`: [`crate::leases`]).
 
 use std::path::PathBuf;
 
@@ -33,6 +33,9 @@ pub enum CliError {
         #[source]
         source: libnvc::oci::PolicyError,
     },
+    /// The GPU leases could not be read.
+    #[error(transparent)]
+    Leases(#[from] nvc_host::leases::LeaseError),
 }
 
 fn load() -> Result<(Config, PathBuf, Driver), CliError> {
@@ -47,7 +50,8 @@ fn load() -> Result<(Config, PathBuf, Driver), CliError> {
 
 /// `nvc info`.
 pub fn info(as_json: bool) -> Result<(), CliError> {
-    let (_, _, driver) = load()?;
+    let (config, _, driver) = load()?;
+    let leases = nvc_host::leases::list(&config.leases.dir);
     let cuda = driver
         .cuda_version(&nvc_host::probe::RealHost)
         .map(|v| v.to_string());
@@ -86,6 +90,7 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
             "driverVersion": driver.version,
             "cudaVersion": cuda.as_ref().ok(),
             "gpus": gpus,
+            "leases": leases.as_ref().map(|l| crate::leases::to_json(l)).ok(),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(());
@@ -142,6 +147,18 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
             driver.roots.nvidia_proc().join("gpus").display()
         );
     }
+    println!();
+    match &leases {
+        Ok(l) if l.is_empty() => println!("GPU leases:      none"),
+        Ok(l) => {
+            println!("GPU leases:");
+            print_table(&crate::leases::rows(l));
+        }
+        Err(e) => println!(
+            "GPU leases:      unknown ({})",
+            libnvc::report::error_chain(e)
+        ),
+    }
     Ok(())
 }
 
@@ -160,10 +177,19 @@ pub struct ListArgs {
     /// Place libraries in /usr/lib64 (Red Hat-like images) rather than Debian's multiarch folder.
     #[arg(long)]
     lib64: bool,
+    /// List the GPU leases instead: which container holds which GPU, shared or
+    /// exclusively, live or stale.
+    #[arg(long)]
+    leases: bool,
 }
 
 /// `nvc list`.
 pub fn list(args: &ListArgs) -> Result<(), CliError> {
+    if args.leases {
+        let (config, _) = Config::load_from_env()?;
+        nvc_host::logging::init(&config.log, "nvc");
+        return Ok(crate::leases::print(&config.leases.dir, args.json)?);
+    }
     let (config, path, driver) = load()?;
     // `nvc list` answers for any container: privileged, environment accepted,
     // requirements not checked.
@@ -224,7 +250,7 @@ pub fn list(args: &ListArgs) -> Result<(), CliError> {
 }
 
 /// Prints aligned columns; a closed stdout (`nvc list | head`) is not an error.
-fn print_table(rows: &[Vec<String>]) {
+pub fn print_table(rows: &[Vec<String>]) {
     use std::io::Write;
     let text = crate::check::render_table(rows);
     let _ = std::io::stdout().lock().write_all(text.as_bytes());

@@ -5,6 +5,7 @@ mod cdi;
 mod check;
 mod commands;
 mod configure;
+mod leases;
 
 use std::process::ExitCode;
 

@@ -34,6 +34,8 @@ pub struct Config {
     /// never runs ldconfig, it writes the cache itself.
     #[serde(alias = "ldconfig")]
     pub ldcache: LdcacheConfig,
+    /// GPU leases: which running container holds which GPU, shared or exclusively.
+    pub leases: LeasesConfig,
 }
 
 /// `[driver]`: the roots discovery reads from.
@@ -182,6 +184,9 @@ pub struct RequestsConfig {
     pub accept_devices_as_volume_mounts: bool,
     /// Skip every `NVIDIA_REQUIRE_*` check.
     pub disable_require: bool,
+    /// Every GPU container holds its GPUs exclusively, as if it had `NVC_EXCLUSIVE=1`;
+    /// a container cannot opt out.
+    pub exclusive: bool,
 }
 
 impl Default for RequestsConfig {
@@ -196,6 +201,7 @@ impl Default for RequestsConfig {
             accept_envvar_when_unprivileged: true,
             accept_devices_as_volume_mounts: false,
             disable_require: false,
+            exclusive: false,
         }
     }
 }
@@ -211,6 +217,26 @@ pub struct LdcacheConfig {
 impl Default for LdcacheConfig {
     fn default() -> Self {
         LdcacheConfig { update: true }
+    }
+}
+
+/// `[leases]`: where the prestart hook records which container holds which GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LeasesConfig {
+    /// The folder of the lease files, one per GPU UUID, and their lock file. On a tmpfs
+    /// (`/run`), so a reboot ends every lease.
+    pub dir: PathBuf,
+}
+
+/// The default of `leases.dir`.
+pub const DEFAULT_LEASES_DIR: &str = "/run/nvc/leases";
+
+impl Default for LeasesConfig {
+    fn default() -> Self {
+        LeasesConfig {
+            dir: PathBuf::from(DEFAULT_LEASES_DIR),
+        }
     }
 }
 

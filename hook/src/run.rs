@@ -1,5 +1,6 @@
 //! The hook's one job, end to end: the state on stdin names the bundle; the plan
-//! (`libnvc::plan`, stage `Hook`) says what the container gets; nvc-host sets it up.
+//! (`libnvc::plan`, stage `Hook`) says what the container gets; its GPU leases are
+//! taken (`nvc_host::leases`); nvc-host sets it up.
 
 use std::path::PathBuf;
 
@@ -46,6 +47,9 @@ pub enum HookError {
     /// Taking away what was made, when the container ended, failed.
     #[error(transparent)]
     Poststop(#[from] crate::poststop::PoststopError),
+    /// A GPU is held by another container, or its lease could not be taken.
+    #[error(transparent)]
+    Lease(#[from] nvc_host::leases::LeaseError),
 }
 
 #[derive(Deserialize)]
@@ -135,6 +139,14 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         readonly: plan.view.readonly,
         tmpfs_mounts: plan.view.tmpfs_mounts.clone(),
     };
+    // Before anything is set up: a container refused its GPUs gets nothing.
+    let leases = nvc_host::leases::take(
+        &config.leases.dir,
+        &state.id,
+        state.pid,
+        &plan.request,
+        &gpu.driver,
+    )?;
     // Opened here, in the host's mount namespace: set_up enters the container's.
     let record = match RecordDir::create(
         &config.hook.state_dir,
@@ -152,7 +164,15 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
             None
         }
     };
-    let (_, trace) = setup::set_up_noted(&gpu.driver, &gpu.edits, &target)?;
+    let trace = match setup::set_up_noted(&gpu.driver, &gpu.edits, &target) {
+        Ok((_, trace)) => trace,
+        Err(e) => {
+            if let Some(leases) = leases {
+                leases.release();
+            }
+            return Err(e.into());
+        }
+    };
     if let Some(record) = record {
         if let Err(e) = record.save(&trace) {
             log::warn!(

@@ -10,7 +10,8 @@
 //!   and the one [`proc_mask::ProcMask`];
 //! - [`cgroup`] and [`devcgroup`]: the container's device cgroup (v1 file, v2 programs);
 //! - [`files`]: the one atomic file writer, [`logging`]: the log file, [`deadline`]: the
-//!   hook's alarm.
+//!   hook's alarm;
+//! - [`leases`]: which running container holds which GPU, shared or exclusively.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,7 @@ pub mod deadline;
 pub mod devcgroup;
 pub mod files;
 pub mod ldcache;
+pub mod leases;
 pub mod logging;
 pub mod probe;
 pub mod proc_mask;

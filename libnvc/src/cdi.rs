@@ -219,6 +219,7 @@ fn driver_request() -> Request {
         imex_channels: ChannelSelection::None,
         legacy_image: false,
         from_device_mounts: false,
+        exclusive: None,
     }
 }
 

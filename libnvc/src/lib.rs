@@ -15,6 +15,7 @@ pub mod discover;
 pub mod edits;
 pub mod elf;
 pub mod ldcache;
+pub mod lease;
 pub mod oci;
 pub mod plan;
 pub mod probe;

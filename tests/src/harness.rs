@@ -80,7 +80,9 @@ pub fn container_id(prefix: &str) -> String {
 
 /// Writes `<dir>/config.toml`, an nvc configuration for the shim and the hook: `[driver]` at
 /// the fake tree's roots, the workspace's `nvc-hook` keeping its records in `<dir>/state`,
-/// the absolute path of runc, and a debug log at `<dir>/nvc.log`. Returns its path.
+/// the absolute path of runc, a debug log at `<dir>/nvc.log`, and GPU leases in
+/// `<dir>/leases` (the fake GPUs' UUIDs are the same in every test: the host's
+/// `/run/nvc/leases` would tie the tests together). Returns its path.
 pub fn nvc_config_for(fake: &FakeDriver, dir: &Path) -> Result<PathBuf, FakeError> {
     let hook = workspace_bin("nvc-hook");
     let runc = runc_path();
@@ -90,7 +92,8 @@ pub fn nvc_config_for(fake: &FakeDriver, dir: &Path) -> Result<PathBuf, FakeErro
         "[driver]\nroot = {}\ndev-root = {}\nproc-root = {}\n\n\
          [runtime]\nruntimes = [{}]\n\n\
          [hook]\npath = {}\nstate-dir = {}\n\n\
-         [log]\nfile = {}\nlevel = \"debug\"\n",
+         [log]\nfile = {}\nlevel = \"debug\"\n\n\
+         [leases]\ndir = {}\n",
         toml_string(&fake.root),
         toml_string(&fake.dev_root),
         toml_string(&fake.proc_root),
@@ -98,6 +101,7 @@ pub fn nvc_config_for(fake: &FakeDriver, dir: &Path) -> Result<PathBuf, FakeErro
         toml_string(&hook),
         toml_string(&dir.join("state")),
         toml_string(&dir.join("nvc.log")),
+        toml_string(&dir.join("leases")),
     );
     let path = dir.join("config.toml");
     std::fs::write(&path, text).map_err(FakeError::io("write", &path))?;

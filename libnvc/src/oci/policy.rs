@@ -39,6 +39,7 @@ pub fn request_policy(config: &Config, privileged: bool) -> Result<RequestPolicy
         )?,
         accept_device_mounts: requests.accept_devices_as_volume_mounts,
         disable_require: requests.disable_require,
+        exclusive: requests.exclusive,
     })
 }
 

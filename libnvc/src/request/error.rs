@@ -82,6 +82,17 @@ pub enum RequestError {
         /// The value.
         value: String,
     },
+    /// `NVC_EXCLUSIVE` or the annotation `nvc.exclusive` is not a boolean.
+    #[error(
+        "{name}={value:?} is not a boolean \
+         (expected 1, true, yes, on, 0, false, no, off or nothing)"
+    )]
+    BadExclusive {
+        /// The variable or annotation.
+        name: &'static str,
+        /// The value.
+        value: String,
+    },
     /// A MIG variable set in an unprivileged container.
     #[error("{variable}={value:?} needs a privileged container")]
     NeedsPrivileged {

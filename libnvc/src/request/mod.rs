@@ -16,6 +16,7 @@ mod cdi;
 mod devices;
 mod driver;
 mod error;
+mod exclusive;
 mod mounts;
 
 #[cfg(test)]
@@ -29,6 +30,7 @@ use crate::require::Requirement;
 pub use cdi::CDI_ANNOTATION_PREFIX;
 pub use devices::{ChannelSelection, DeviceId, DeviceSelection};
 pub use error::RequestError;
+pub use exclusive::{ExclusiveBy, EXCLUSIVE_ANNOTATION, EXCLUSIVE_ENV};
 pub use mounts::{device_mount_name, DEVICE_MOUNTS_ROOT};
 
 use cdi::{annotation_devices, cdi_annotation_keys};
@@ -79,6 +81,8 @@ pub struct RequestPolicy {
     pub accept_device_mounts: bool,
     /// Skip requirement checks for every container.
     pub disable_require: bool,
+    /// Every GPU container holds its GPUs exclusively (`[requests] exclusive`).
+    pub exclusive: bool,
 }
 
 /// Unprivileged, accepting `NVIDIA_VISIBLE_DEVICES`, `utility,compute` by default, every
@@ -94,6 +98,7 @@ impl Default for RequestPolicy {
             supported_capabilities: CapabilitySet::all(),
             accept_device_mounts: false,
             disable_require: false,
+            exclusive: false,
         }
     }
 }
@@ -126,6 +131,9 @@ pub struct Request {
     /// The GPUs (and channels) came from the device mounts
     /// ([`RequestPolicy::accept_device_mounts`]), not the environment.
     pub from_device_mounts: bool,
+    /// Whether the container holds its GPUs exclusively, and what asked for it
+    /// (`NVC_EXCLUSIVE`, the annotation `nvc.exclusive`, the config); `None`: shared.
+    pub exclusive: Option<ExclusiveBy>,
 }
 
 impl Request {
@@ -195,6 +203,8 @@ impl Request {
             }
         };
 
+        let exclusive = exclusive::from_env(&env, policy)?;
+
         Ok(Request {
             devices,
             capabilities,
@@ -205,6 +215,7 @@ impl Request {
             imex_channels,
             legacy_image,
             from_device_mounts: false,
+            exclusive,
         })
     }
 
@@ -245,10 +256,13 @@ impl Request {
                 request.devices = devices;
                 request.imex_channels = channels;
                 request.from_device_mounts = true;
+                request.exclusive =
+                    exclusive::with_annotation(request.exclusive, annotations, policy)?;
                 return Ok(request);
             }
         }
         let mut request = Request::from_env(env.iter().copied(), policy)?;
+        request.exclusive = exclusive::with_annotation(request.exclusive, annotations, policy)?;
         let visible = env
             .iter()
             .filter_map(|e| e.split_once('='))

@@ -1016,3 +1016,86 @@ fn device_mount_names_come_only_from_under_the_root() {
         );
     }
 }
+
+#[test]
+fn exclusivity_comes_from_the_variable_the_annotation_or_the_config() {
+    let policy = RequestPolicy::default();
+    let none = BTreeMap::new();
+    let annotated = |v: &str| BTreeMap::from([("nvc.exclusive".to_string(), v.to_string())]);
+    let read = |env: &[&str], annotations: &BTreeMap<String, String>, policy: &RequestPolicy| {
+        Request::from_container(env.iter().copied(), annotations, &[], policy)
+    };
+    let gpu = "NVIDIA_VISIBLE_DEVICES=0";
+    assert_eq!(read(&[gpu], &none, &policy).unwrap().exclusive, None);
+    for on in ["1", "true", "yes", "ON"] {
+        let env = format!("NVC_EXCLUSIVE={on}");
+        assert_eq!(
+            read(&[gpu, &env], &none, &policy).unwrap().exclusive,
+            Some(ExclusiveBy::Env)
+        );
+    }
+    assert_eq!(
+        read(&[gpu, "NVC_EXCLUSIVE=0"], &none, &policy)
+            .unwrap()
+            .exclusive,
+        None
+    );
+    assert_eq!(
+        read(&[gpu], &annotated("true"), &policy).unwrap().exclusive,
+        Some(ExclusiveBy::Annotation)
+    );
+    // The variable, when it asks, is the one named.
+    assert_eq!(
+        read(&[gpu, "NVC_EXCLUSIVE=1"], &annotated("true"), &policy)
+            .unwrap()
+            .exclusive,
+        Some(ExclusiveBy::Env)
+    );
+    // The config key: no opt-out.
+    let config = RequestPolicy {
+        exclusive: true,
+        ..RequestPolicy::default()
+    };
+    assert_eq!(
+        read(&[gpu, "NVC_EXCLUSIVE=0"], &annotated("false"), &config)
+            .unwrap()
+            .exclusive,
+        Some(ExclusiveBy::Config)
+    );
+    // Bad values name the variable or the annotation.
+    assert_eq!(
+        read(&[gpu, "NVC_EXCLUSIVE=maybe"], &none, &policy).unwrap_err(),
+        RequestError::BadExclusive {
+            name: "NVC_EXCLUSIVE",
+            value: "maybe".into()
+        }
+    );
+    assert!(matches!(
+        read(&[gpu], &annotated("sure"), &policy),
+        Err(RequestError::BadExclusive {
+            name: "nvc.exclusive",
+            ..
+        })
+    ));
+    // Unprivileged containers whose variables the config does not accept: ignored.
+    let strict = RequestPolicy {
+        accept_envvar_unprivileged: false,
+        ..RequestPolicy::default()
+    };
+    assert_eq!(
+        read(&[gpu, "NVC_EXCLUSIVE=1"], &annotated("true"), &strict)
+            .unwrap()
+            .exclusive,
+        None
+    );
+    let strict_privileged = RequestPolicy {
+        privileged: true,
+        ..strict
+    };
+    assert_eq!(
+        read(&[gpu, "NVC_EXCLUSIVE=1"], &none, &strict_privileged)
+            .unwrap()
+            .exclusive,
+        Some(ExclusiveBy::Env)
+    );
+}
