@@ -122,6 +122,7 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         device_cgroup: Some(nvc_host::devcgroup::DeviceCgroup::from_spec(&plan.spec)?),
         readonly: plan.view.readonly,
         tmpfs_mounts: plan.view.tmpfs_mounts.clone(),
+        running: false,
     };
     setup::set_up(&gpu.driver, &gpu.edits, &target)?;
     Ok(())
