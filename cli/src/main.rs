@@ -1,6 +1,7 @@
 //! `nvc`: the command line. Thin: parses arguments, loads the config, calls libnvc,
 //! prints, and maps errors to an exit status.
 
+mod attach;
 mod cdi;
 mod check;
 mod commands;
@@ -46,6 +47,10 @@ enum Command {
     },
     /// Diagnose this host: can GPU containers start, and if not, why.
     Check(check::CheckArgs),
+    /// Add GPUs to a running container (found through its runtime's state).
+    Attach(attach::AttachArgs),
+    /// Take GPUs from a running container (its nodes and device cgroup; files stay).
+    Detach(attach::AttachArgs),
 }
 
 #[derive(Subcommand)]
@@ -75,6 +80,8 @@ fn main() -> ExitCode {
             command: RuntimeCommand::Configure(args),
         } => configure::run(&args).map_err(Into::into),
         Command::Cdi { command } => cdi::run(&command).map_err(Into::into),
+        Command::Attach(args) => attach::attach(&args).map_err(Into::into),
+        Command::Detach(args) => attach::detach(&args).map_err(Into::into),
         Command::Check(args) => match check::run(&args) {
             // `nvc check` prints its own table; its status says whether GPU containers
             // can start.

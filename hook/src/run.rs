@@ -138,6 +138,7 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         device_cgroup: Some(nvc_host::devcgroup::DeviceCgroup::from_spec(&plan.spec)?),
         readonly: plan.view.readonly,
         tmpfs_mounts: plan.view.tmpfs_mounts.clone(),
+        running: false,
     };
     // Before anything is set up: a container refused its GPUs gets nothing.
     let leases = nvc_host::leases::take(

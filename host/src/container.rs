@@ -41,6 +41,7 @@ mod journal;
 mod mount;
 mod read;
 mod resolve;
+mod running;
 mod submount;
 mod walk;
 
@@ -56,6 +57,7 @@ pub use mount::{
     check_char_device, enter_mount_namespace, mkdir_at, write_at, DetachedMount, MountAttrs,
 };
 pub use resolve::{refuse_host_root, Resolver};
+pub use running::Present;
 pub use submount::Filesystem;
 
 use explain::fd_path;

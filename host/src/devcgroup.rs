@@ -160,6 +160,8 @@ enum Prepared {
     Nothing,
     Legacy {
         dir: CgroupDir,
+        /// `devices.allow` or `devices.deny`.
+        file: &'static str,
         lines: Vec<String>,
     },
     Unified {
@@ -184,29 +186,7 @@ pub fn prepare(
             step: Prepared::Nothing,
         });
     }
-    let root = &cgroup.cgroup_root;
-    let proc_path = PathBuf::from(format!("/proc/{pid}/cgroup"));
-    let table = std::fs::read_to_string(&proc_path).map_err(|source| DevCgroupError::ProcRead {
-        path: proc_path.clone(),
-        source,
-    })?;
-    let unified = sys::filesystem_magic(root)? == CGROUP2_SUPER_MAGIC;
-    let (hierarchy, base) = if unified {
-        ("cgroup v2", root.clone())
-    } else {
-        ("v1 devices", root.join("devices"))
-    };
-    let relative = cgroup_path(&table, unified).ok_or_else(|| DevCgroupError::NoCgroup {
-        path: proc_path.clone(),
-        hierarchy,
-        root: root.clone(),
-    })?;
-    let dir_path = below(&base, relative).ok_or_else(|| DevCgroupError::BadCgroupPath {
-        path: proc_path.clone(),
-        cgroup: relative.to_string(),
-        root: base.clone(),
-    })?;
-
+    let (unified, dir_path) = container_cgroup(pid, &cgroup.cgroup_root)?;
     if !unified {
         let dir = CgroupDir::open_v1(&dir_path)?;
         let lines = devices
@@ -214,7 +194,11 @@ pub fn prepare(
             .map(|d| format!("c {}:{} rwm", d.major, d.minor))
             .collect();
         return Ok(PreparedGrant {
-            step: Prepared::Legacy { dir, lines },
+            step: Prepared::Legacy {
+                dir,
+                file: "devices.allow",
+                lines,
+            },
         });
     }
 
@@ -248,15 +232,92 @@ pub fn prepare(
     })
 }
 
+/// The reverse of [`prepare`], for `nvc detach`: forbids the container whose init is `pid`
+/// to open `devices`. cgroup v1: `c MAJOR:MINOR rwm` for [`PreparedGrant::apply`] to write
+/// to its `devices.deny`; cgroup v2: its device program rebuilt from `cgroup.rules` (the
+/// runtime's, with the grants that stay) and a deny rule per device, to replace the one
+/// attached. Must run in the host's mount and cgroup namespaces; nothing is changed yet.
+pub fn prepare_revoke(
+    pid: i32,
+    cgroup: &DeviceCgroup,
+    devices: &[CharDevice],
+) -> Result<PreparedGrant, DevCgroupError> {
+    if devices.is_empty() {
+        return Ok(PreparedGrant {
+            step: Prepared::Nothing,
+        });
+    }
+    let (unified, dir_path) = container_cgroup(pid, &cgroup.cgroup_root)?;
+    if !unified {
+        let dir = CgroupDir::open_v1(&dir_path)?;
+        let lines = devices
+            .iter()
+            .map(|d| format!("c {}:{} rwm", d.major, d.minor))
+            .collect();
+        return Ok(PreparedGrant {
+            step: Prepared::Legacy {
+                dir,
+                file: "devices.deny",
+                lines,
+            },
+        });
+    }
+    let mut rules = cgroup.rules.clone();
+    for d in devices {
+        rules.push(Rule {
+            allow: false,
+            ..Rule::allow_char(d.major, d.minor)
+        });
+    }
+    let policy = DevicePolicy::from_rules(&rules)?;
+    let dir = CgroupDir::open_v2(&dir_path)?;
+    let program = DeviceProgram::load(&policy.program(), PROGRAM_NAME).map_err(|source| {
+        DevCgroupError::Program {
+            cgroup: dir_path.clone(),
+            source,
+        }
+    })?;
+    Ok(PreparedGrant {
+        step: Prepared::Unified { dir, program },
+    })
+}
+
+/// Whether the host's cgroups are the unified hierarchy, and the directory of the cgroup
+/// (v2, or v1 `devices`) of the process `pid`, from `/proc/<pid>/cgroup`.
+fn container_cgroup(pid: i32, root: &Path) -> Result<(bool, PathBuf), DevCgroupError> {
+    let proc_path = PathBuf::from(format!("/proc/{pid}/cgroup"));
+    let table = std::fs::read_to_string(&proc_path).map_err(|source| DevCgroupError::ProcRead {
+        path: proc_path.clone(),
+        source,
+    })?;
+    let unified = sys::filesystem_magic(root)? == CGROUP2_SUPER_MAGIC;
+    let (hierarchy, base) = if unified {
+        ("cgroup v2", root.to_path_buf())
+    } else {
+        ("v1 devices", root.join("devices"))
+    };
+    let relative = cgroup_path(&table, unified).ok_or_else(|| DevCgroupError::NoCgroup {
+        path: proc_path.clone(),
+        hierarchy,
+        root: root.to_path_buf(),
+    })?;
+    let dir_path = below(&base, relative).ok_or_else(|| DevCgroupError::BadCgroupPath {
+        path: proc_path.clone(),
+        cgroup: relative.to_string(),
+        root: base.clone(),
+    })?;
+    Ok((unified, dir_path))
+}
+
 impl PreparedGrant {
     /// The second half of [`prepare`]: changes the cgroup.
     pub fn apply(self) -> Result<Granted, DevCgroupError> {
         match self.step {
             Prepared::Nothing => Ok(Granted::AlreadyAllowed),
-            Prepared::Legacy { dir, lines } => {
-                dir.write_lines("devices.allow", &lines)?;
+            Prepared::Legacy { dir, file, lines } => {
+                dir.write_lines(file, &lines)?;
                 info!(
-                    "allowed {} in the device cgroup {}",
+                    "wrote {} to {file} of the device cgroup {}",
                     lines.join(", "),
                     dir.path().display()
                 );

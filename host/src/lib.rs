@@ -8,6 +8,7 @@
 //!   `setns`; [`setup`] sets a live container up from its prestart hook,
 //!   [`cdi_hooks`] runs the CDI spec's hooks, both through the one [`ldcache::update`]
 //!   and the one [`proc_mask::ProcMask`];
+//! - [`attach`]: GPUs added to and taken from a running container (`nvc attach`);
 //! - [`cgroup`] and [`devcgroup`]: the container's device cgroup (v1 file, v2 programs);
 //! - [`files`]: the one atomic file writer, [`logging`]: the log file, [`deadline`]: the
 //!   hook's alarm;
@@ -15,6 +16,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod attach;
 pub mod cdi_hooks;
 pub mod cgroup;
 pub mod compat;

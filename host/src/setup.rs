@@ -48,6 +48,13 @@ pub struct Target {
     /// own file systems, where mount points may be made though they are not the rootfs's
     /// mount.
     pub tmpfs_mounts: Vec<PathBuf>,
+    /// The container already runs (`nvc attach`): its root is the root of its mount
+    /// namespace (`rootfs` only names it), and what is already there is kept: a mount
+    /// target already mounted, a device node already there with its numbers. Links and
+    /// the ld.so.cache are written only when libraries were mounted now; a read-only
+    /// rootfs that lacks a file to mount is refused. An existing `/proc/driver/nvidia`
+    /// mask is replaced.
+    pub running: bool,
 }
 
 /// Why the container could not be set up.
@@ -62,6 +69,12 @@ pub enum SetupError {
     /// The container's device cgroup could not be extended for the nodes bound in.
     #[error(transparent)]
     DevCgroup(#[from] devcgroup::DevCgroupError),
+    /// A running container's read-only rootfs lacks driver files to mount.
+    #[error("the running container's root filesystem is read-only and lacks {missing}: nvc cannot add the driver's files to it; start the container with a GPU (NVIDIA_VISIBLE_DEVICES, or NVIDIA_VISIBLE_DEVICES=none for the files alone) and attach GPUs to it then")]
+    ReadOnlyRunning {
+        /// The first file missing.
+        missing: PathBuf,
+    },
 }
 
 /// Sets the container up from its plan (`planned`: the edits for the default library
@@ -83,7 +96,9 @@ pub fn set_up_noted(
     planned: &ContainerEdits,
     target: &Target,
 ) -> Result<(ContainerEdits, Trace), SetupError> {
-    container::refuse_host_root(&target.rootfs)?;
+    if !target.running {
+        container::refuse_host_root(&target.rootfs)?;
+    }
     // Phase 1, host namespace: every source, as a detached mount. The host paths do not
     // depend on the container's layout.
     let mut sources: BTreeMap<PathBuf, DetachedMount> = BTreeMap::new();
@@ -145,10 +160,18 @@ pub fn set_up_noted(
         _ => None,
     };
     let proc_mask = ProcMask::prepare(&driver.roots.nvidia_proc(), &planned.visible_gpus)?;
+    // A running container's old mask is unmounted through the host's procfs.
+    let host_proc = match target.running {
+        true => Some(crate::attach::open_host_proc()?),
+        false => None,
+    };
 
     // Phase 2, the container's mount namespace.
     container::enter_mount_namespace(target.pid)?;
-    let mut root = ContainerRoot::open(&target.rootfs)?;
+    let mut root = match target.running {
+        true => ContainerRoot::open_entered(&target.rootfs)?,
+        false => ContainerRoot::open(&target.rootfs)?,
+    };
     if target.readonly {
         root.set_read_only();
     }
@@ -169,10 +192,30 @@ pub fn set_up_noted(
         .map(|m| m.container_path.as_path())
         .chain(node_sources.iter().map(|(n, _)| n.path.as_path()));
     let runtime_tmpfs = RuntimeTmpfs::open(&root, &target.tmpfs_mounts, needed)?;
+    let mut skip = Vec::new();
+    if target.running {
+        skip = crate::attach::already_mounted(&root, &edits)?;
+        if let Some(m) = edits
+            .mounts
+            .iter()
+            .find(|m| !skip.contains(&m.container_path))
+        {
+            if target.readonly {
+                return Err(SetupError::ReadOnlyRunning {
+                    missing: m.container_path.clone(),
+                });
+            }
+        }
+    }
+    let mut mounted_now = 0;
     for m in &edits.mounts {
+        if skip.contains(&m.container_path) {
+            continue;
+        }
         let Some(src) = sources.remove(&m.host_path) else {
             continue;
         };
+        mounted_now += 1;
         let (on, path) = runtime_tmpfs.place(&root, &m.container_path);
         let point = match m.kind {
             MountKind::Directory => on.dir_mount_point(&path, 0o755)?,
@@ -182,13 +225,18 @@ pub fn set_up_noted(
     }
     for (node, src) in node_sources {
         let (on, path) = runtime_tmpfs.place(&root, &node.path);
+        if target.running && crate::attach::node_present(on, &path, node.major, node.minor)? {
+            continue;
+        }
         let point = on.device_mount_point(&path, node.major, node.minor)?;
         on.attach(src, &point, &path)?;
     }
     if let Some(grant) = device_grant {
         grant.apply()?;
     }
-    if root.is_read_only() {
+    if target.running && mounted_now == 0 {
+        // The driver's files were all there: so are their links.
+    } else if root.is_read_only() {
         // No link is written: each name is a mount of the file it would lead to.
         for (link, host) in link_sources(&edits) {
             let src = DetachedMount::bind(&host, MountKind::Library.policy().into())?;
@@ -200,13 +248,19 @@ pub fn set_up_noted(
             root.symlink(&link.link, &link.target)?;
         }
     }
+    if let (Some(_), Some(host_proc)) = (&proc_mask, &host_proc) {
+        crate::attach::unmask(&root, host_proc)?;
+    }
     if let Some(mask) = proc_mask {
         // No procfs, or none with the driver's folder: nothing of the host to hide.
         let masked = mask.apply(&root)?;
         debug!("/proc/driver/nvidia: {masked:?}");
     }
     let mut ldcache = None;
-    if target.update_ldcache && !edits.ldcache_dirs.is_empty() {
+    if target.update_ldcache
+        && !edits.ldcache_dirs.is_empty()
+        && (!target.running || mounted_now > 0)
+    {
         ldcache = update_ldcache(&root, driver, &edits)?;
     }
     info!(

@@ -17,6 +17,8 @@
 //! | the prestart hook entry, and that it exists | yes | | yes |
 //! | the requirements (`NVIDIA_REQUIRE_*`) | | yes | yes |
 
+pub mod attach;
+
 use std::path::{Path, PathBuf};
 
 use nvc_config::Config;

@@ -81,6 +81,14 @@ impl Daemon {
         })
     }
 
+    /// The host pid of the daemon itself, the child of `unshare` in the namespaces of its
+    /// own, for `nsenter` (`None` once it has gone).
+    pub(super) fn namespaced_pid(&self) -> Option<u32> {
+        let pid = self.child.id();
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    }
+
     /// Polls `ready` until it returns true; fails when the daemon exits first or after
     /// [`START_TIMEOUT`].
     pub(super) fn wait_ready(

@@ -200,6 +200,19 @@ impl Dockerd {
         self.docker(&args)
     }
 
+    /// A command that runs `program` in dockerd's mount and PID namespaces (`nsenter`):
+    /// where its containers' runtime state and processes are what the host's would be.
+    pub fn in_namespaces(&self, program: &Path) -> Command {
+        let mut command = Command::new("nsenter");
+        if let Some(pid) = self.daemon.namespaced_pid() {
+            command
+                .arg(format!("--target={pid}"))
+                .args(["--mount", "--pid"]);
+        }
+        command.arg("--").arg(program);
+        command
+    }
+
     /// The last `lines` lines of dockerd's log, for messages.
     pub fn log_tail(&self, lines: usize) -> String {
         self.daemon.log_tail(lines)

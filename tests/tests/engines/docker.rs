@@ -333,3 +333,67 @@ fn docker_commit_of_an_ended_gpu_container_carries_nothing_of_the_driver() {
     drop(dockerd);
     w.assert_clean(&[cgroup]);
 }
+
+/// `nvc attach` on a container Docker started without a GPU, found through the runc
+/// state Docker's containerd shim keeps (`<exec-root>/runtime-runc/moby`), run in
+/// dockerd's namespaces as on a host: `docker exec`
+/// then sees the GPU, its node passing the device cgroup, and the driver.
+#[test]
+fn docker_container_started_without_a_gpu_gets_one_from_nvc_attach() {
+    let w = World::new();
+    let dockerd = start_dockerd(&w);
+    let gpus = w.gpus();
+    let name = nvc_tests::container_id("nvc-attach");
+    let mut opts: Vec<String> = ["run", "-d", "--network", "none", "--name", name.as_str()]
+        .map(String::from)
+        .to_vec();
+    opts.extend(w.fake_proc_flags());
+    opts.extend([IMAGE.to_string(), "sleep".into(), "300".into()]);
+    dockerd.docker(&opts).assert_success();
+    let id = dockerd.docker(&["inspect", "-f", "{{.Id}}", name.as_str()]);
+    id.assert_success();
+    let id = id.stdout.trim().to_string();
+    let context = |what: &str| {
+        format!(
+            "{what}\nnvc log:\n{}\ndockerd log:\n{}",
+            w.nvc_log(),
+            dockerd.log_tail(20)
+        )
+    };
+    let before = dockerd.docker(&["exec", name.as_str(), "sh", "-c", PROBE]);
+    assert_untouched(&before, &context("before nvc attach"));
+
+    let root = dockerd.dir.join("exec/runtime-runc/moby");
+    // dockerd runs in namespaces of its own here: nvc runs there, as on a host.
+    let attach = dockerd
+        .in_namespaces(&workspace_bin("nvc"))
+        .env("NVC_CONFIG", &w.config)
+        .arg("attach")
+        .arg("--root")
+        .arg(&root)
+        .arg("--runtime")
+        .arg(nvc_tests::runc_path())
+        .args([id.as_str(), "--gpus", gpus[1].uuid.as_str()])
+        .output()
+        .unwrap();
+    assert!(
+        attach.status.success(),
+        "{}",
+        context(&format!(
+            "nvc attach: {}{}",
+            String::from_utf8_lossy(&attach.stdout),
+            String::from_utf8_lossy(&attach.stderr)
+        ))
+    );
+    let after = dockerd.docker(&["exec", name.as_str(), "sh", "-c", PROBE]);
+    assert_gpus(
+        &after,
+        &gpus[1..2],
+        &context("docker exec after nvc attach"),
+    );
+
+    dockerd.docker(&["rm", "-f", name.as_str()]);
+    let cgroup = dockerd.cgroup_parent.clone();
+    drop(dockerd);
+    w.assert_clean(&[cgroup]);
+}
