@@ -21,6 +21,7 @@ cp "$tmp/validate/gpu-validation.md" "$out/" 2>/dev/null
 bash tests/gpu/e2e.sh "$tmp/e2e" >"$out/e2e.txt" 2>&1 || status=1
 bash tests/gpu/cdi.sh "$tmp/cdi" >"$out/cdi.txt" 2>&1 || status=1
 bash tests/gpu/hostile.sh "$tmp/hostile" >"$out/hostile.txt" 2>&1 || status=1
+bash tests/gpu/features.sh "$tmp/features" >"$out/features.txt" 2>&1 || status=1
 bash tests/gpu/discovery.sh .device-carry/bin "$tmp/discovery" >"$out/discovery.txt" 2>&1 || status=1
 if [ -x .device-carry/bin/nvc-bench ]; then
     NVC_BENCH_COMMIT=$(cat .device-carry/commit 2>/dev/null) .device-carry/bin/nvc-bench --real --rootfs .device-carry/bench/rootfs \
@@ -32,5 +33,5 @@ if [ -s .device-carry/engines/engines.tar.xz ]; then
     bash tests/gpu/engines.sh "$tmp/engines" >"$out/engines.txt" 2>&1 || status=1
     cp "$tmp/engines/engines.md" "$out/" 2>/dev/null
 fi
-tail -n 3 "$out/validate.log" "$out/e2e.txt" "$out/cdi.txt" "$out/hostile.txt" "$out/discovery.txt" "$out/bench.txt" "$out/engines.txt" 2>/dev/null
+tail -n 3 "$out/validate.log" "$out/e2e.txt" "$out/cdi.txt" "$out/hostile.txt" "$out/features.txt" "$out/discovery.txt" "$out/bench.txt" "$out/engines.txt" 2>/dev/null
 exit $status

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# What NVIDIA's toolkit does not do, on the GPU machine's real driver under real runc:
+# an exclusive GPU refusing a second container (and freed when its holder ends), `nvc
+# attach` making a GPU usable (nvidia-smi -L, a CUDA kernel) in a container started
+# without one and `nvc detach` taking it back, and a GPU container's rootfs left as it
+# was once the container has ended. Needs what tests/gpu/prepare.sh gathered in
+# .device-carry/ (bin/nvc among it).
+# Usage: tests/gpu/features.sh [OUT_DIR]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+carry=$PWD/.device-carry
+out=${1:-/tmp/nvc-features}
+mkdir -p "$out"
+work=$(mktemp -d /tmp/nvc-features.XXXXXX)
+
+. tests/gpu/common.sh
+
+host_l=$(nvidia-smi -L)
+uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
+state=$work/state
+nvcrt() { "$carry/bin/nvc-runtime" --root "$state" "$@"; }
+# The CUDA program in the rootfs every bundle copies (the CUDA runtime linked statically).
+mkdir -p "$rootfs/usr/bin" && ln -sf busybox "$rootfs/bin/sleep"
+/usr/local/cuda/bin/nvcc -O2 -cudart static -gencode arch=compute_90,code=sm_90 \
+    -gencode arch=compute_90,code=compute_90 -o "$rootfs/usr/bin/vadd" tests/gpu/vadd.cu &&
+    for lib in $(ldd "$rootfs/usr/bin/vadd" | awk '/=> \// {print $3}'); do
+        [ -e "$rootfs/usr/lib/x86_64-linux-gnu/$(basename "$lib")" ] || cp -L "$lib" "$rootfs/usr/lib/x86_64-linux-gnu/"
+    done
+ldconfig -r "$rootfs"
+check "nvcc builds the CUDA program" test -x "$rootfs/usr/bin/vadd"
+long() { # long ID ENV: a container of ID running sleep, created and started through nvc-runtime
+    local b=$work/$1
+    bundle "$b" "$2" 'sleep 300' >/dev/null
+    (cd "$b" && nvcrt create "$1" && nvcrt start "$1") 2>&1
+}
+end() { nvcrt kill "$1" KILL >/dev/null 2>&1; sleep 0.5; nvcrt delete --force "$1" >/dev/null 2>&1; }
+writable() { # writable BUNDLE: its rootfs read-write, as engines give it
+    python3 - "$1/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["root"]["readonly"] = False
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+PY
+}
+
+echo "--- exclusive GPUs"
+a=$(long holder "NVIDIA_VISIBLE_DEVICES=all;NVC_EXCLUSIVE=1"); echo "$a"
+check "an exclusive container starts" grep -q running <<<"$(nvcrt state holder)"
+second=$(ctr NVIDIA_VISIBLE_DEVICES=0 'nvidia-smi -L'); echo "$second"
+check "a second container asking for the GPU is refused" test -z "$(grep '^GPU ' <<<"$second")"
+check "the refusal names the holder" grep -q "held exclusively by container holder" <<<"$second"
+leases=$("$carry/bin/nvc" list --leases 2>&1); echo "$leases"
+check "nvc list --leases shows the holder" grep -q holder <<<"$leases"
+end holder
+third=$(ctr NVIDIA_VISIBLE_DEVICES=0 'nvidia-smi -L'); echo "$third"
+check "once the holder is killed, the GPU is free" test "$(grep '^GPU ' <<<"$third")" = "$host_l"
+
+echo; echo "--- nvc attach and detach"
+b=$work/plain
+bundle "$b" "" 'sleep 300' >/dev/null && writable "$b"
+(cd "$b" && runc --root "$state" create plain && runc --root "$state" start plain) 2>&1
+before=$(runc --root "$state" exec plain sh -c 'ls /dev/nvidia0 2>&1; nvidia-smi -L 2>&1 | head -1')
+echo "$before"
+check "a container started without nvc has no GPU" grep -q 'No such file' <<<"$before"
+attach=$("$carry/bin/nvc" attach --root "$state" --runtime /usr/local/sbin/runc plain --gpus "$uuid" 2>&1); echo "$attach"
+after=$(runc --root "$state" exec plain sh -c 'nvidia-smi -L; vadd' 2>&1); echo "$after"
+check "after nvc attach: nvidia-smi -L inside equals the host's" test "$(grep '^GPU ' <<<"$after")" = "$host_l"
+check "after nvc attach: the CUDA vector add and matmul are right" grep -q 'result=OK' <<<"$after"
+detach=$("$carry/bin/nvc" detach --root "$state" --runtime /usr/local/sbin/runc plain --gpus "$uuid" 2>&1); echo "$detach"
+gone=$(runc --root "$state" exec plain sh -c 'ls /dev/nvidia0 2>&1; vadd 2>&1 | tail -1'); echo "$gone"
+check "after nvc detach: the GPU's node is gone and CUDA finds no GPU" \
+    eval 'grep -q "No such file" <<<"$gone" && ! grep -q "result=OK" <<<"$gone"'
+runc --root "$state" kill plain KILL >/dev/null 2>&1; sleep 0.5; runc --root "$state" delete --force plain >/dev/null 2>&1
+
+echo; echo "--- no trace: a GPU container's writable rootfs, before and after"
+t=$work/trace
+bundle "$t" "NVIDIA_VISIBLE_DEVICES=all" 'nvidia-smi -L; vadd' >/dev/null && writable "$t"
+# Every path with its type, a file's size, a link's target (a folder's size on disk does
+# not shrink back), and the cache's digest.
+listing() { (cd "$t/rootfs" && find . \( -type f -printf '%p f %s\n' \) -o \( ! -type f -printf '%p %y %l\n' \) | sort; sha256sum etc/ld.so.cache 2>/dev/null); }
+listing >"$work/before"
+ran=$(cd "$t" && nvcrt run trace 2>&1); echo "$ran"
+check "the GPU container ran (nvidia-smi and CUDA)" eval 'grep -q "^GPU " <<<"$ran" && grep -q result=OK <<<"$ran"'
+listing >"$work/after"
+diff "$work/before" "$work/after" && echo "(no difference)"
+check "after it ended, its rootfs is as it was (files, links, ld.so.cache)" cmp -s "$work/before" "$work/after"
+
+cp "$out/nvc.log" "$out/nvc-features.log" 2>/dev/null
+echo; [ $fail = 0 ] && echo "ALL PASSED" || echo "SOME FAILED"
+exit $fail
