@@ -238,6 +238,9 @@ pub fn discover_scope(
     probe: &dyn HostProbe,
     scope: Scope,
 ) -> Result<Driver, DiscoverError> {
+    // Resolving each driver path walks the same folders again: ask the host once each.
+    let memo = host::MemoProbe::new(probe);
+    let probe: &dyn HostProbe = &memo;
     let nvidia = roots.nvidia_proc();
     let proc_version = match host::read_text(probe, &nvidia.join("version")) {
         Ok(text) => proc::parse_version_file(&text),
