@@ -10,7 +10,9 @@
 //!   and the one [`proc_mask::ProcMask`];
 //! - [`cgroup`] and [`devcgroup`]: the container's device cgroup (v1 file, v2 programs);
 //! - [`files`]: the one atomic file writer, [`logging`]: the log file, [`deadline`]: the
-//!   hook's alarm.
+//!   hook's alarm;
+//! - [`files_cache::RunCache`]: the driver's files as the last full discovery found
+//!   them, under `/run/nvc`, checked before each use.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +23,7 @@ pub mod container;
 pub mod deadline;
 pub mod devcgroup;
 pub mod files;
+pub mod files_cache;
 pub mod ldcache;
 pub mod logging;
 pub mod probe;
