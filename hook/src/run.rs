@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use libnvc::plan::{ConfigSource, Plan, PlanError, Stage, DEVICE_MOUNT_ARG};
 use nvc_config::Config;
+use nvc_host::files_cache::RunCache;
 use nvc_host::probe::RealHost;
 use nvc_host::setup::{self, Target};
 use nvc_host::trace::RecordDir;
@@ -110,13 +111,17 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         path: &config_path,
         from_env: false,
     };
-    let plan = Plan::for_bundle(
+    // One full discovery serves every start until the driver changes (see
+    // nvc_host::files_cache for when an entry is used).
+    let cache = RunCache::default();
+    let plan = Plan::for_bundle_cached(
         &state.bundle,
         &config,
         &source,
         &RealHost,
         Stage::Hook,
         &handed,
+        Some(&cache),
     )
     .map_err(PlanError::from)?;
     let Some(gpu) = &plan.gpu else {

@@ -13,6 +13,8 @@
 //! - [`files`]: the one atomic file writer, [`logging`]: the log file, [`deadline`]: the
 //!   hook's alarm;
 //! - [`leases`]: which running container holds which GPU, shared or exclusively.
+//! - [`files_cache::RunCache`]: the driver's files as the last full discovery found
+//!   them, under `/run/nvc`, checked before each use.
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +26,7 @@ pub mod container;
 pub mod deadline;
 pub mod devcgroup;
 pub mod files;
+pub mod files_cache;
 pub mod ldcache;
 pub mod leases;
 pub mod logging;

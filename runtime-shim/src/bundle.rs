@@ -46,7 +46,12 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
     }
     if changed {
         let bytes = spec::to_bytes(&spec).map_err(edit_error)?;
-        let options = nvc_host::files::WriteOptions::new(0o644);
+        // Not synced: the spec lives as long as the container, which a crash ends anyway;
+        // the rename keeps runc from reading half of it.
+        let options = nvc_host::files::WriteOptions {
+            durable: false,
+            ..nvc_host::files::WriteOptions::new(0o644)
+        };
         nvc_host::files::write_atomic(&spec_path, &bytes, &options).map_err(|source| {
             ShimError::SaveSpec {
                 path: spec_path.clone(),

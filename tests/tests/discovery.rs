@@ -771,3 +771,160 @@ fn requirements_against_the_fake_driver() {
     assert!(err.to_string().contains("cuda>=100.2"), "{err}");
     assert!(check(&["CUDA_VERSION=100.2.1", "NVIDIA_DISABLE_REQUIRE=1"]).is_ok());
 }
+
+// ---------------------------------------------------------------------------------------
+// The driver's files from a cache: the same driver as a full discovery, or a full one.
+
+/// The whole driver as JSON, to compare two discoveries.
+fn json(d: &Driver) -> serde_json::Value {
+    serde_json::to_value(d).unwrap()
+}
+
+/// A cache in memory that counts what it is asked.
+#[derive(Default)]
+struct MemoryCache {
+    kept: std::cell::RefCell<Option<discover::DriverFiles>>,
+    loads: std::cell::Cell<usize>,
+    stores: std::cell::Cell<usize>,
+}
+
+impl discover::FilesCache for MemoryCache {
+    fn load(&self, _: &DriverRoots, _: &str) -> Option<discover::DriverFiles> {
+        self.loads.set(self.loads.get() + 1);
+        self.kept.borrow().clone()
+    }
+    fn store(&self, _: &DriverRoots, files: &discover::DriverFiles) {
+        self.stores.set(self.stores.get() + 1);
+        *self.kept.borrow_mut() = Some(files.clone());
+    }
+}
+
+#[test]
+fn a_cached_discovery_is_the_full_one() {
+    let tree = DriverTree::committed("basic-2gpu");
+    let probe = tree.probe().unwrap();
+    let full = discover(&tree.roots(), &probe).unwrap();
+    let cache = MemoryCache::default();
+    let scope = discover::Scope::Full;
+    let first = discover::discover_cached(&tree.roots(), &probe, scope, Some(&cache)).unwrap();
+    assert_eq!((cache.loads.get(), cache.stores.get()), (1, 1));
+    let second = discover::discover_cached(&tree.roots(), &probe, scope, Some(&cache)).unwrap();
+    assert_eq!((cache.loads.get(), cache.stores.get()), (2, 1));
+    assert_eq!(json(&first), json(&full));
+    assert_eq!(json(&second), json(&full));
+    // An answer for another driver version is not taken: discovery reads the host.
+    cache.kept.borrow_mut().as_mut().unwrap().version = OLD_VERSION.to_string();
+    let third = discover::discover_cached(&tree.roots(), &probe, scope, Some(&cache)).unwrap();
+    assert_eq!(json(&third), json(&full));
+    assert_eq!(cache.stores.get(), 2);
+    // The device-only scope neither asks nor tells.
+    discover::discover_cached(
+        &tree.roots(),
+        &probe,
+        discover::Scope::Devices,
+        Some(&cache),
+    )
+    .unwrap();
+    assert_eq!((cache.loads.get(), cache.stores.get()), (3, 2));
+}
+
+#[test]
+fn without_a_kernel_module_nothing_is_cached() {
+    let tree = DriverTree::committed("no-kernel-module");
+    let probe = tree.probe().unwrap();
+    let cache = MemoryCache::default();
+    let d = discover::discover_cached(&tree.roots(), &probe, discover::Scope::Full, Some(&cache))
+        .unwrap();
+    assert_eq!(json(&d), json(&discover(&tree.roots(), &probe).unwrap()));
+    assert_eq!((cache.loads.get(), cache.stores.get()), (0, 0));
+}
+
+#[test]
+fn the_run_cache_serves_the_fake_driver_and_falls_back_when_it_must() {
+    use nvc_host::files_cache::RunCache;
+    let (dir, fake, full) = build(FakeDriverSpec::default());
+    let roots = full.roots.clone();
+    let run = dir.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    let cache = RunCache::new(&run.join("nvc"));
+    let host = &nvc_host::probe::RealHost;
+    let scope = discover::Scope::Full;
+    let cached = |c: &RunCache| discover::discover_cached(&roots, host, scope, Some(c)).unwrap();
+    // Missing: discovered, then kept; then read back.
+    assert_eq!(json(&cached(&cache)), json(&full));
+    let entry = cache.path_for(&roots);
+    assert!(entry.is_file());
+    assert!(cache.read(&roots, &full.version).is_ok());
+    assert_eq!(json(&cached(&cache)), json(&full));
+    // Hostile or damaged entries: each is refused, the driver discovered in full, and the
+    // entry written anew.
+    type Spoil = Box<dyn Fn(&Path)>;
+    let spoilers: Vec<(&str, Spoil)> = vec![
+        (
+            "garbage",
+            Box::new(|p| std::fs::write(p, b"\0garbage").unwrap()),
+        ),
+        (
+            "writable by others",
+            Box::new(|p| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o666)).unwrap()
+            }),
+        ),
+        (
+            "another owner",
+            Box::new(|p| std::os::unix::fs::chown(p, Some(65534), None).unwrap()),
+        ),
+        (
+            "a symlink",
+            Box::new(|p| {
+                let real = p.with_extension("real");
+                std::fs::rename(p, &real).unwrap();
+                std::os::unix::fs::symlink(&real, p).unwrap();
+            }),
+        ),
+        (
+            "another driver version",
+            Box::new(|p| {
+                let text = std::fs::read_to_string(p).unwrap();
+                std::fs::write(p, text.replace(VERSION, "580.1.2")).unwrap();
+            }),
+        ),
+        (
+            "a library named outside the driver root",
+            Box::new(|p| {
+                let text = std::fs::read_to_string(p).unwrap();
+                std::fs::write(
+                    p,
+                    text.replace("/usr/local/nvidia/lib64/", "/../../../../lib/"),
+                )
+                .unwrap();
+            }),
+        ),
+    ];
+    for (what, spoil) in spoilers {
+        spoil(&entry);
+        assert!(
+            cache.read(&roots, &full.version).is_err(),
+            "{what}: not refused"
+        );
+        assert_eq!(json(&cached(&cache)), json(&full), "{what}");
+        assert!(
+            cache.read(&roots, &full.version).is_ok(),
+            "{what}: not written anew"
+        );
+    }
+    // Stale: the driver root's ld.so.cache replaced (as ldconfig does), or a library
+    // rebuilt in place.
+    let ldcache = fake.root.join("etc/ld.so.cache");
+    let copy = ldcache.with_extension("copy");
+    std::fs::copy(&ldcache, &copy).unwrap();
+    std::fs::rename(&copy, &ldcache).unwrap();
+    assert!(cache.read(&roots, &full.version).is_err());
+    assert_eq!(json(&cached(&cache)), json(&full));
+    let cuda = full.library("libcuda").unwrap().host_path.clone();
+    let bytes = std::fs::read(&cuda).unwrap();
+    std::fs::write(&cuda, &bytes).unwrap();
+    assert!(cache.read(&roots, &full.version).is_err());
+    assert_eq!(json(&cached(&cache)), json(&full));
+}

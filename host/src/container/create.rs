@@ -22,6 +22,15 @@ impl ContainerRoot {
     pub fn mkdir_all(&self, dir: &Path, mode: u32) -> Result<OwnedFd, FsError> {
         const OP: &str = "create directory";
         self.check_absolute(OP, dir)?;
+        // Nearly always the folder exists: one resolution of the whole path, which is what
+        // the walk below ends with too (each component is resolved from the root). Anything
+        // else (missing, a link that dangles, not a folder) takes the walk, which makes what
+        // is missing and names what is wrong.
+        if let Ok(fd) = self.lookup(dir, true) {
+            if rustix::fs::fstat(&fd).is_ok_and(|st| FileKind::of(&st) == FileKind::Directory) {
+                return Ok(fd);
+            }
+        }
         let mut current = rustix::io::fcntl_dupfd_cloexec(&self.fd, 0)
             .map_err(|e| self.err(OP, Path::new("/"), e))?;
         let mut prefix = PathBuf::from("/");
@@ -228,8 +237,10 @@ impl ContainerRoot {
     }
 
     /// Writes `data` to `path` atomically: a temporary file made with
-    /// `O_CREAT|O_EXCL|O_NOFOLLOW` in the resolved parent directory, written, fsynced,
-    /// `fchmod`ed to `mode`, then renamed over `path`. A symbolic link at `path` is
+    /// `O_CREAT|O_EXCL|O_NOFOLLOW` in the resolved parent directory, written,
+    /// `fchmod`ed to `mode`, then renamed over `path`. Not fsynced: what is written here
+    /// (the container's ld.so.cache) dies with the container, which a crash loses
+    /// anyway; the rename alone keeps readers from a torn file. A symbolic link at `path` is
     /// replaced, never followed; an existing regular file is replaced, never written into
     /// (it may be a hard link to a file elsewhere); anything else is an error.
     pub fn write_file(&self, path: &Path, data: &[u8], mode: u32) -> Result<(), FsError> {
@@ -248,12 +259,9 @@ impl ContainerRoot {
             rustix::fs::openat(&dir, tmp, flags, Mode::from_raw_mode(0o600))
         })?;
         let mut file = std::fs::File::from(fd);
-        let written = file
-            .write_all(data)
-            .and_then(|()| file.sync_all())
-            .and_then(|()| {
-                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(io::Error::from)
-            });
+        let written = file.write_all(data).and_then(|()| {
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode)).map_err(io::Error::from)
+        });
         drop(file);
         if let Err(source) = written {
             let _ = rustix::fs::unlinkat(&dir, &tmp, rustix::fs::AtFlags::empty());

@@ -9,6 +9,7 @@
 
 pub mod driver_root;
 mod files;
+pub mod files_cache;
 mod gpu_details;
 mod nodes;
 pub mod proc;
@@ -18,11 +19,12 @@ pub use nodes::read_majors;
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::caps::Capability;
 use crate::version::Version;
 
+pub use files_cache::{DriverFiles, FilesCache};
 pub use gpu_details::GpuDetails;
 pub use nodes::DeviceNode;
 
@@ -117,7 +119,7 @@ pub struct MigDevice {
 }
 
 /// Whether a library is the 64-bit or the 32-bit build.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LibClass {
     /// The native 64-bit build.
@@ -127,7 +129,7 @@ pub enum LibClass {
 }
 
 /// One driver library.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Library {
     /// The capabilities it belongs to.
     pub capabilities: Vec<Capability>,
@@ -145,7 +147,7 @@ pub struct Library {
 }
 
 /// A driver file other than a library.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostFile {
     /// The capabilities that get it; empty means every GPU container.
     pub capabilities: Vec<Capability>,
@@ -238,19 +240,44 @@ pub fn discover_scope(
     probe: &dyn HostProbe,
     scope: Scope,
 ) -> Result<Driver, DiscoverError> {
+    discover_cached(roots, probe, scope, None)
+}
+
+/// [`discover_scope`], taking the driver's files (libraries, binaries, firmware, loader
+/// configuration: the costly part, which changes only when the driver is installed
+/// anew) from `cache` when it has them for this driver version, and giving them to it
+/// when it had not. The GPUs, device nodes and IPC endpoints are always read afresh.
+/// Without a kernel module's version file nothing is cached: the version then comes
+/// from the very libraries the cache would stand for.
+pub fn discover_cached(
+    roots: &DriverRoots,
+    probe: &dyn HostProbe,
+    scope: Scope,
+    cache: Option<&dyn FilesCache>,
+) -> Result<Driver, DiscoverError> {
+    // Resolving each driver path walks the same folders again: ask the host once each.
+    let memo = host::MemoProbe::new(probe);
+    let probe: &dyn HostProbe = &memo;
     let nvidia = roots.nvidia_proc();
     let proc_version = match host::read_text(probe, &nvidia.join("version")) {
         Ok(text) => proc::parse_version_file(&text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(DiscoverError::io("read", &nvidia.join("version"), e)),
     };
+    let full = scope == Scope::Full;
+    let files_cache = cache.filter(|_| full);
+    let cached = match (files_cache, &proc_version) {
+        (Some(c), Some(v)) => c.load(roots, v).filter(|f| f.version == *v),
+        _ => None,
+    };
     // The library cache is read for the files, or for the version when the kernel
     // module's proc file is missing.
-    let cache = if scope == Scope::Full || proc_version.is_none() {
+    let cache = if (full && cached.is_none()) || proc_version.is_none() {
         files::read_ldcache(probe, &roots.root)?
     } else {
         None
     };
+    let from_proc = proc_version.is_some();
     let version = match proc_version
         .or_else(|| files::version_from_libraries(probe, &roots.root, cache.as_ref()))
     {
@@ -301,28 +328,31 @@ pub fn discover_scope(
         proc::read_cap_minor(probe, &nvidia.join("capabilities/mig").join(name))
             .and_then(|minor| nodes::cap_node(probe, &roots.dev_root, &majors, minor))
     };
-    let full = scope == Scope::Full;
+    let driver_files = match cached {
+        Some(found) => found,
+        None if full => {
+            let found = DriverFiles {
+                version: version.clone(),
+                libraries: files::libraries(probe, &roots.root, cache.as_ref(), &version),
+                binaries: files::binaries(probe, &roots.root),
+                firmware: files::firmware(probe, &roots.root, &version),
+                files: files::config_files(probe, &roots.root, &version),
+            };
+            if let (Some(c), true) = (files_cache, from_proc) {
+                c.store(roots, &found);
+            }
+            found
+        }
+        None => DriverFiles {
+            version: version.clone(),
+            ..DriverFiles::default()
+        },
+    };
     Ok(Driver {
-        libraries: if full {
-            files::libraries(probe, &roots.root, cache.as_ref(), &version)
-        } else {
-            Vec::new()
-        },
-        binaries: if full {
-            files::binaries(probe, &roots.root)
-        } else {
-            Vec::new()
-        },
-        firmware: if full {
-            files::firmware(probe, &roots.root, &version)
-        } else {
-            Vec::new()
-        },
-        files: if full {
-            files::config_files(probe, &roots.root, &version)
-        } else {
-            Vec::new()
-        },
+        libraries: driver_files.libraries,
+        binaries: driver_files.binaries,
+        firmware: driver_files.firmware,
+        files: driver_files.files,
         ipc: if full {
             files::ipc(probe, &roots.root)
         } else {

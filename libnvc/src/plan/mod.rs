@@ -25,7 +25,7 @@ use nvc_config::Config;
 use serde_json::Value;
 
 use crate::discover::driver_root::resolve_in_root;
-use crate::discover::{self, DiscoverError, Driver, DriverRoots, Scope};
+use crate::discover::{self, DiscoverError, Driver, DriverRoots, FilesCache, Scope};
 use crate::edits::{self, ContainerEdits, ContainerLayout, EditsError};
 use crate::oci::rootfs::{self, RootfsError};
 use crate::oci::spec::{self, HookEntry, SpecError, SpecView};
@@ -286,8 +286,31 @@ impl Plan {
         stage: Stage,
         handed: &[String],
     ) -> Result<Plan, Stopped> {
+        Plan::for_bundle_cached(bundle, config, source, probe, stage, handed, None)
+    }
+
+    /// [`Plan::for_bundle`], the driver's files taken from (and given to) `cache` when
+    /// one is given ([`discover::discover_cached`]).
+    pub fn for_bundle_cached(
+        bundle: &Path,
+        config: &Config,
+        source: &ConfigSource,
+        probe: &dyn HostProbe,
+        stage: Stage,
+        handed: &[String],
+        cache: Option<&dyn FilesCache>,
+    ) -> Result<Plan, Stopped> {
         let mut progress = Progress::default();
-        match plan(bundle, config, source, probe, stage, handed, &mut progress) {
+        let inputs = Inputs {
+            bundle,
+            config,
+            source,
+            probe,
+            stage,
+            handed,
+            cache,
+        };
+        match plan(&inputs, &mut progress) {
             Ok(plan) => Ok(plan),
             Err(error) => Err(Stopped {
                 error,
@@ -297,15 +320,27 @@ impl Plan {
     }
 }
 
-fn plan(
-    bundle: &Path,
-    config: &Config,
-    source: &ConfigSource,
-    probe: &dyn HostProbe,
+/// What [`plan`] runs on.
+struct Inputs<'a> {
+    bundle: &'a Path,
+    config: &'a Config,
+    source: &'a ConfigSource<'a>,
+    probe: &'a dyn HostProbe,
     stage: Stage,
-    handed: &[String],
-    progress: &mut Progress,
-) -> Result<Plan, PlanError> {
+    handed: &'a [String],
+    cache: Option<&'a dyn FilesCache>,
+}
+
+fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError> {
+    let Inputs {
+        bundle,
+        config,
+        source,
+        probe,
+        stage,
+        handed,
+        cache,
+    } = *inputs;
     let spec_path = bundle.join("config.json");
     let spec = spec::read_spec(probe, &spec_path).map_err(PlanError::SpecFile)?;
     let view = spec::view(&spec, bundle).map_err(|source| PlanError::BadSpec {
@@ -354,7 +389,7 @@ fn plan(
         Stage::Hook | Stage::Check => Scope::Full,
     };
     let roots = DriverRoots::from_config(&config.driver);
-    let driver = discover::discover_scope(&roots, probe, scope)?;
+    let driver = discover::discover_cached(&roots, probe, scope, cache)?;
     progress.driver = Some(driver.clone());
     let layout = match stage {
         // The hook learns the image's folders inside the container (nvc-host relocates

@@ -149,6 +149,9 @@ mod tests {
     }
 }
 
+mod memo;
+pub use memo::MemoProbe;
+
 #[cfg(any(test, feature = "testkit"))]
 mod tree;
 #[cfg(any(test, feature = "testkit"))]

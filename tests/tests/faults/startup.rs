@@ -176,6 +176,13 @@ const READ_STATE: &str = "state=$(cat)\n\
      pid=$(printf '%s' \"$state\" | sed -n 's/.*\"pid\": *\\([0-9][0-9]*\\).*/\\1/p')\n\
      [ -n \"$pid\" ] || { echo \"no pid in the state: $state\" >&2; exit 1; }";
 
+/// Waits until `$pid` has died (a zombie: runc, its parent, reaps it only after the hooks).
+/// `kill` returns before a killed process is gone, and a hook that no longer rediscovers
+/// the driver can reach its `setns` while the process is still exiting.
+const AWAIT_ZOMBIE: &str = "i=0\n\
+     while [ \"$(sed -n 's/^[0-9]* (.*) \\([A-Z]\\).*/\\1/p' /proc/$pid/stat 2>/dev/null)\" != Z ] \
+     && [ -e /proc/$pid ] && [ $i -lt 500 ]; do i=$((i+1)); sleep 0.01; done";
+
 #[test]
 fn init_killed_before_the_hook_runs() {
     let w = World::new();
@@ -183,7 +190,7 @@ fn init_killed_before_the_hook_runs() {
     let rt = w.runtime_with_hook(
         "kill-init-first",
         &format!(
-            "{READ_STATE}\nkill -KILL \"$pid\"\nprintf '%s' \"$state\" | exec \"$HOOK\" \"$@\""
+            "{READ_STATE}\nkill -KILL \"$pid\"\n{AWAIT_ZOMBIE}\nprintf '%s' \"$state\" | exec \"$HOOK\" \"$@\""
         ),
     );
     for i in 0..5 {
