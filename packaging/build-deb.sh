@@ -34,6 +34,8 @@ version="$(awk '/^\[workspace\.package\]/ {p=1; next} /^\[/ {p=0}
 
 if [ -z "$bin_dir" ]; then
     (cd "$repo" && cargo build --release --locked -p nvc-cli -p nvc-runtime -p nvc-hook)
+    # The shim static (.cargo/config.toml says why): every container execs it.
+    (cd "$repo" && cargo build-shim-static)
     bin_dir="$repo/target/release"
 fi
 bin_dir="$(cd "$bin_dir" && pwd)"

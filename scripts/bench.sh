@@ -18,6 +18,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 bash scripts/deps.sh runc busybox
 cargo build --release --locked --workspace
+# The shim as it is packaged: static (.cargo/config.toml).
+cargo build-shim-static
 
 section=dev
 quick=0

@@ -12,6 +12,16 @@ pub const DEFAULT_GPUS: &[u32] = &[1, 8, 64];
 pub const DEFAULT_LIBS: usize = 3000;
 /// Libraries in the large image with `--quick`.
 pub const QUICK_LIBS: usize = 300;
+/// GPU containers of each batch of the parallel-start table.
+pub const DEFAULT_PARALLEL: usize = 100;
+/// GPU containers of each batch with `--quick`.
+pub const QUICK_PARALLEL: usize = 20;
+/// Containers of a batch running at once.
+pub const DEFAULT_IN_FLIGHT: usize = 16;
+/// Batches of each configuration in the parallel-start table (half of them first).
+pub const DEFAULT_BATCHES: usize = 4;
+/// Batches of each configuration with `--quick`.
+pub const QUICK_BATCHES: usize = 2;
 
 /// The usage text, printed for `--help` and after a usage error.
 pub const USAGE: &str = "\
@@ -21,10 +31,16 @@ Times container starts through runc and through nvc-runtime + nvc-hook, and the 
 the hook alone; prints Markdown tables.
 
   --runs N             runs per configuration, alternated (default 30)
-  --quick              3 runs each and a 300-library image: a smoke test
+  --quick              3 runs each, a 300-library image, batches of 20: a smoke test
   --gpus LIST          GPU counts of the fake trees for the scaling table (default
                        1,8,64; `none` skips the table)
   --libs N             libraries in the large image (default 3000; 0 skips the table)
+  --parallel N         containers of each batch of the parallel-start table: N GPU
+                       containers through nvc against N through plain runc (default
+                       100; 20 with --quick; 0 skips the table)
+  --in-flight N        containers of a batch running at once (default 16)
+  --batches N          batches of each configuration, alternating which goes first
+                       (default 4; 2 with --quick)
   --real               the host's real driver (default driver roots) instead of a fake
                        tree; the scaling table is then skipped unless --gpus is given
   --rootfs DIR         copy this rootfs for every container instead of building the
@@ -55,6 +71,12 @@ pub struct Options {
     pub gpus_given: bool,
     /// Libraries in the large image; 0 skips it.
     pub libs: usize,
+    /// Containers of each parallel batch; 0 skips the table.
+    pub parallel: usize,
+    /// Containers of a batch running at once.
+    pub in_flight: usize,
+    /// Batches of each configuration.
+    pub batches: usize,
     /// The host's real driver instead of a fake tree.
     pub real: bool,
     /// A rootfs to copy instead of building one.
@@ -84,6 +106,9 @@ impl Default for Options {
             gpus: DEFAULT_GPUS.to_vec(),
             gpus_given: false,
             libs: DEFAULT_LIBS,
+            parallel: DEFAULT_PARALLEL,
+            in_flight: DEFAULT_IN_FLIGHT,
+            batches: DEFAULT_BATCHES,
             real: false,
             rootfs: None,
             runc: None,
@@ -116,6 +141,8 @@ where
     let mut o = Options::default();
     let mut runs: Option<usize> = None;
     let mut libs: Option<usize> = None;
+    let mut parallel: Option<usize> = None;
+    let mut batches: Option<usize> = None;
     let mut it = args.into_iter().map(Into::into);
     while let Some(arg) = it.next() {
         // `--flag=value` and `--flag value` both work.
@@ -133,6 +160,9 @@ where
             "-h" | "--help" => return Ok(Parsed::Help),
             "--runs" => runs = Some(positive(&flag, &value()?)?),
             "--libs" => libs = Some(number(&flag, &value()?)?),
+            "--parallel" => parallel = Some(number(&flag, &value()?)?),
+            "--in-flight" => o.in_flight = positive(&flag, &value()?)?,
+            "--batches" => batches = Some(positive(&flag, &value()?)?),
             "--gpus" => {
                 o.gpus = gpu_list(&value()?)?;
                 o.gpus_given = true;
@@ -162,6 +192,16 @@ where
     }
     o.runs = runs.unwrap_or(if o.quick { QUICK_RUNS } else { DEFAULT_RUNS });
     o.libs = libs.unwrap_or(if o.quick { QUICK_LIBS } else { DEFAULT_LIBS });
+    o.parallel = parallel.unwrap_or(if o.quick {
+        QUICK_PARALLEL
+    } else {
+        DEFAULT_PARALLEL
+    });
+    o.batches = batches.unwrap_or(if o.quick {
+        QUICK_BATCHES
+    } else {
+        DEFAULT_BATCHES
+    });
     Ok(Parsed::Run(Box::new(o)))
 }
 
@@ -239,6 +279,17 @@ mod tests {
         );
         let q = run(&["--quick"]);
         assert_eq!((q.runs, q.libs), (QUICK_RUNS, QUICK_LIBS));
+        assert_eq!((q.parallel, q.batches), (QUICK_PARALLEL, QUICK_BATCHES));
+        let p = run(&[
+            "--parallel",
+            "50",
+            "--in-flight=8",
+            "--batches",
+            "6",
+            "--quick",
+        ]);
+        assert_eq!((p.parallel, p.in_flight, p.batches), (50, 8, 6));
+        assert_eq!(run(&["--parallel", "0"]).parallel, 0);
         // An explicit count wins over --quick's, in either order.
         assert_eq!(run(&["--runs", "5", "--quick"]).runs, 5);
         assert!(run(&["--gpus", "none"]).gpus.is_empty());
@@ -254,6 +305,8 @@ mod tests {
             &["--gpus", "1,,2"],
             &["--gpus", "255"],
             &["--section", "a b"],
+            &["--in-flight", "0"],
+            &["--batches", "0"],
             &["--bogus"],
         ] {
             assert!(parse(bad.iter().copied()).is_err(), "{bad:?}");

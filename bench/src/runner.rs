@@ -5,6 +5,8 @@ use std::cell::Cell;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nvc_config::{Config, DriverConfig};
@@ -464,6 +466,112 @@ impl Bench {
             status: measured.status.to_string(),
             details,
         })
+    }
+
+    /// Starts `count` `/bin/true` containers of `rootfs` asking for `env` through
+    /// `runtime` (`run`, as in [`Case::Container`]), `in_flight` at a time, and returns
+    /// the wall-clock time from the first start to the last exit. The bundles and the
+    /// image copies are made before and removed after, outside the timed region.
+    pub fn parallel(
+        &self,
+        runtime: &Runtime,
+        rootfs: &Image,
+        env: &[String],
+        count: usize,
+        in_flight: usize,
+    ) -> Result<Duration, BenchError> {
+        let mut runs = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (dir, container_rootfs) = self.fresh_run("parallel")?;
+            rootfs.copy_to(&container_rootfs)?;
+            Bundle::new(&dir, &container_rootfs)?
+                .args(&[COMMAND])
+                .env(env)
+                .write()?;
+            runs.push((dir, container_rootfs, self.container_id()));
+        }
+        let program = match runtime {
+            Runtime::Runc => &self.programs.runc,
+            Runtime::Nvc(_) => &self.programs.shim,
+            Runtime::Shim { shim, .. } => shim,
+        };
+        let command = |dir: &Path, id: &str| -> Result<Command, BenchError> {
+            let stderr_path = dir.join("stderr");
+            let stderr =
+                File::create(&stderr_path).map_err(BenchError::io("create", &stderr_path))?;
+            let mut command = Command::new(program);
+            command
+                .arg("--root")
+                .arg(&self.state)
+                .args(["run", "--bundle"])
+                .arg(dir)
+                .arg(id)
+                .env_remove(nvc_config::CONFIG_ENV)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(stderr);
+            if let Runtime::Nvc(config) | Runtime::Shim { config, .. } = runtime {
+                command.env(nvc_config::CONFIG_ENV, config);
+            }
+            Ok(command)
+        };
+        // The commands are made before the clock starts; each worker takes the next.
+        let commands = runs
+            .iter()
+            .map(|(dir, _, id)| command(dir, id).map(Mutex::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = AtomicUsize::new(0);
+        let failed: Mutex<Option<BenchError>> = Mutex::new(None);
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            for _ in 0..in_flight.min(count) {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(slot) = commands.get(i) else { break };
+                    let Ok(mut command) = slot.lock() else { break };
+                    let line = measure::describe(&command);
+                    let outcome = match command.status() {
+                        Ok(status) if status.success() => continue,
+                        Ok(status) => BenchError::Failed {
+                            command: line,
+                            status: status.to_string(),
+                            details: stderr_details(
+                                &std::fs::read_to_string(runs[i].0.join("stderr"))
+                                    .unwrap_or_default(),
+                            ),
+                        },
+                        Err(source) => BenchError::Spawn {
+                            program: line,
+                            source,
+                        },
+                    };
+                    if let Ok(mut first) = failed.lock() {
+                        first.get_or_insert(outcome);
+                    }
+                });
+            }
+        });
+        let elapsed = started.elapsed();
+        let failed = failed.into_inner().ok().flatten();
+        for (dir, container_rootfs, id) in &runs {
+            if failed.is_some() {
+                // `run` deletes its container when it ends; a failed one may be left.
+                let _ = Command::new(&self.programs.runc)
+                    .arg("--root")
+                    .arg(&self.state)
+                    .args(["delete", "--force", id])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+            remove(dir)?;
+            remove(container_rootfs)?;
+        }
+        match failed {
+            Some(error) => Err(error),
+            None => Ok(elapsed),
+        }
     }
 
     /// A new empty bundle directory `<runtime dir>/<tag>-<n>`, and where its rootfs goes:

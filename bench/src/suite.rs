@@ -65,6 +65,19 @@ struct Findings {
     parts: Vec<Samples>,
     /// (GPUs, added ms) of the scaling table.
     scaling: Vec<(u32, f64)>,
+    /// The parallel-start table's finding, when it ran.
+    parallel: Option<ParallelFinding>,
+}
+
+/// What the parallel-start table found.
+#[derive(Debug, Clone, Copy)]
+struct ParallelFinding {
+    /// Containers of a batch.
+    count: usize,
+    /// Running at once.
+    in_flight: usize,
+    /// The median ratio of a batch's wall time through nvc to plain runc's.
+    ratio: f64,
 }
 
 /// Runs everything `options` asks for in `work` and returns the tables.
@@ -109,6 +122,9 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
     if let Some(table) = suite.scaling(&mut found)? {
         report.tables.push(table);
     }
+    if let Some(table) = suite.parallel_starts(&mut found)? {
+        report.tables.push(table);
+    }
     if let Some(table) = suite.large_image(&found)? {
         report.tables.push(table);
     }
@@ -118,6 +134,15 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
     report.tables.push(targets(&found));
 
     let mut env = environment(&host, &driver, options, suite.warmup);
+    if options.parallel > 0 {
+        env.row([
+            "parallel starts".to_string(),
+            format!(
+                "batches of {} containers, {} in flight, {} of each configuration",
+                options.parallel, options.in_flight, options.batches
+            ),
+        ]);
+    }
     env.row(["nvc log", "info level, to a file"]);
     let runtime_dir = suite.bench.runtime_dir();
     env.row([

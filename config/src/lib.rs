@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+mod shim_keys;
+
+pub use shim_keys::ShimKeys;
+
 /// The shipped configuration file: every key, commented, with its default value.
 pub const DEFAULT_TOML: &str = include_str!("../config.toml");
 
@@ -291,6 +295,32 @@ impl Config {
                 source,
             }),
         }
+    }
+
+    /// `[runtime]` and `[log]` of the file named by `NVC_CONFIG`, or [`DEFAULT_PATH`],
+    /// and that path: what the runtime shim needs to pass on a container that asks for
+    /// no GPU. A plain file is scanned for the two sections only; any other is parsed
+    /// in full, with the errors of [`Config::load`]. A missing file gives the defaults.
+    pub fn load_shim_keys_from_env() -> Result<(ShimKeys, PathBuf), ConfigError> {
+        let path = Self::path_from_env();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok((ShimKeys::default(), path))
+            }
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        let keys = match shim_keys::scan(&text) {
+            Some(keys) => keys,
+            None => {
+                let config = Self::parse(&text, &path)?;
+                ShimKeys {
+                    runtime: config.runtime,
+                    log: config.log,
+                }
+            }
+        };
+        Ok((keys, path))
     }
 
     /// Parses the text of a configuration file; `path` is only used in errors.

@@ -1,6 +1,6 @@
 //! Logging to the configured file (`[log]` in the config). The binaries call [`init`]
-//! once at start; a log file that cannot be opened turns logging off rather than
-//! failing the container.
+//! (or [`init_lazy`]) once at start; a log file that cannot be opened turns logging off
+//! rather than failing the container.
 //!
 //! Messages quote what images and their users control (variables, annotations, paths
 //! in the rootfs): every line written (the file logger's, and whatever goes through
@@ -9,6 +9,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -17,8 +18,36 @@ use nvc_config::{LogConfig, LogLevel};
 /// The logger [`init`] installs: one line per record, appended to the configured file.
 struct FileLogger {
     program: &'static str,
-    file: Mutex<File>,
+    sink: Mutex<Sink>,
     level: log::LevelFilter,
+}
+
+/// Where a [`FileLogger`]'s lines go.
+enum Sink {
+    /// Not opened yet ([`init_lazy`]): opened at the first record.
+    Unopened(PathBuf),
+    /// The open log file.
+    Open(File),
+    /// The file could not be opened: records are dropped.
+    Failed,
+}
+
+impl Sink {
+    /// The open file, opening it first if it was not.
+    fn file(&mut self) -> Option<&mut File> {
+        if let Sink::Unopened(path) = self {
+            *self = open(path).map_or(Sink::Failed, Sink::Open);
+        }
+        match self {
+            Sink::Open(file) => Some(file),
+            _ => None,
+        }
+    }
+}
+
+/// Opens the log file for appending, creating it.
+fn open(path: &Path) -> Option<File> {
+    OpenOptions::new().create(true).append(true).open(path).ok()
 }
 
 impl log::Log for FileLogger {
@@ -43,10 +72,12 @@ impl log::Log for FileLogger {
             record.level(),
             libnvc::report::shorten(&message)
         );
-        if let Ok(mut f) = self.file.lock() {
-            // One write per line, so concurrent processes appending to the same file
-            // do not interleave inside a line.
-            let _ = f.write_all(line.as_bytes());
+        if let Ok(mut sink) = self.sink.lock() {
+            if let Some(f) = sink.file() {
+                // One write per line, so concurrent processes appending to the same
+                // file do not interleave inside a line.
+                let _ = f.write_all(line.as_bytes());
+            }
         }
     }
 
@@ -63,23 +94,37 @@ fn level_filter(level: LogLevel) -> log::LevelFilter {
     }
 }
 
-/// Sends `log` records of `program` to the configured file. Returns whether logging
-/// is on.
+/// Sends `log` records of `program` to the configured file, opened now. Returns
+/// whether logging is on.
 pub fn init(config: &LogConfig, program: &'static str) -> bool {
     if config.file.as_os_str().is_empty() {
         return false;
     }
-    let Ok(file) = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&config.file)
-    else {
+    let Some(file) = open(&config.file) else {
         return false;
     };
+    install(config, program, Sink::Open(file))
+}
+
+/// Sends `log` records of `program` to the configured file, opened at the first record
+/// that is written: a run that logs nothing (the runtime shim for most containers)
+/// neither opens nor creates it. A file that cannot be opened then drops the records.
+/// Returns whether a logger was installed.
+///
+/// Only for a process that stays in the mount namespace and root it started in, so
+/// that the file opened late is the one configured.
+pub fn init_lazy(config: &LogConfig, program: &'static str) -> bool {
+    if config.file.as_os_str().is_empty() {
+        return false;
+    }
+    install(config, program, Sink::Unopened(config.file.clone()))
+}
+
+fn install(config: &LogConfig, program: &'static str, sink: Sink) -> bool {
     let level = level_filter(config.level);
     let logger = FileLogger {
         program,
-        file: Mutex::new(file),
+        sink: Mutex::new(sink),
         level,
     };
     if log::set_boxed_logger(Box::new(logger)).is_ok() {
@@ -100,7 +145,7 @@ mod tests {
         let path = dir.path().join("nvc.log");
         let logger = FileLogger {
             program: "nvc-test",
-            file: Mutex::new(File::create(&path).unwrap()),
+            sink: Mutex::new(Sink::Open(File::create(&path).unwrap())),
             level: log::LevelFilter::Info,
         };
         let value = "0\nforged 1 nvc-hook [1] ERROR: x\u{1b}]0;title\u{7}";
@@ -120,5 +165,48 @@ mod tests {
             ),
             "{text:?}"
         );
+    }
+
+    #[test]
+    fn a_lazy_logger_opens_its_file_at_the_first_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nvc.log");
+        let logger = FileLogger {
+            program: "nvc-test",
+            sink: Mutex::new(Sink::Unopened(path.clone())),
+            level: log::LevelFilter::Info,
+        };
+        let record = |level, text: &str| {
+            log::Log::log(
+                &logger,
+                &log::Record::builder()
+                    .level(level)
+                    .args(format_args!("{text}"))
+                    .build(),
+            )
+        };
+        // A record below the level opens nothing.
+        record(log::Level::Debug, "skipped");
+        assert!(!path.exists());
+        record(log::Level::Info, "first");
+        record(log::Level::Warn, "second");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text:?}");
+        assert!(text.contains(" INFO: first\n"), "{text:?}");
+
+        // A file that cannot be opened drops the records, once tried.
+        let logger = FileLogger {
+            program: "nvc-test",
+            sink: Mutex::new(Sink::Unopened(dir.path().join("no/such/dir/nvc.log"))),
+            level: log::LevelFilter::Info,
+        };
+        log::Log::log(
+            &logger,
+            &log::Record::builder()
+                .level(log::Level::Error)
+                .args(format_args!("lost"))
+                .build(),
+        );
+        assert!(matches!(*logger.sink.lock().unwrap(), Sink::Failed));
     }
 }

@@ -3,6 +3,11 @@
 //! cgroup rules and prestart hook to the bundle's config.json; then, for every
 //! subcommand, it execs the real runtime with the original arguments.
 //!
+//! Every container on a node pays for the shim, so what it does is in proportion: a
+//! subcommand other than `create`/`run` reads no bundle; a container whose spec cannot
+//! ask for a GPU (`triage`) gets its spec read and nothing else; nvc's log file is
+//! opened only when something is logged.
+//!
 //! It never writes to stdout (runc's caller owns it). A failure is one line on stderr,
 //! in runc's `--log` file in runc's format, and in nvc's log; the exit status is 1.
 
@@ -10,6 +15,7 @@ mod bundle;
 mod error;
 mod report;
 mod runtime;
+mod triage;
 
 use std::convert::Infallible;
 use std::ffi::OsString;
@@ -33,26 +39,47 @@ fn main() -> ExitCode {
     }
 }
 
-/// Prepares the bundle when runc is about to create a container, then becomes the
-/// runtime; returns only on failure.
+/// Prepares the bundle when runc is about to create a container that may ask for a
+/// GPU, then becomes the runtime; returns only on failure.
 fn run(runc: &RuncArgs, args: &[OsString]) -> Result<Infallible, ShimError> {
+    // The spec first: a container that cannot ask for a GPU needs nothing more of it.
+    let gpu_bundle = match runc.creates_container() {
+        true => {
+            let bundle = bundle::bundle_dir(runc.bundle.as_deref())?;
+            let view = triage::read_view(&bundle)?;
+            triage::may_ask_for_gpu(&view).then_some(bundle)
+        }
+        false => None,
+    };
+    let Some(bundle) = gpu_bundle else {
+        // Only the runtime and the log of the config.
+        let (keys, config_path) = Config::load_shim_keys_from_env()?;
+        start_logging(&keys.log, runc);
+        let runtime = runtime::find_from_env(&keys.runtime.runtimes, &config_path)?;
+        if runc.creates_container() {
+            log::debug!("no GPU can be asked for; the spec is left alone");
+        } else if let Some(flag) = &runc.missing_value {
+            log::warn!("{flag} lacks its value; passing the command line to the runtime as it is");
+        }
+        return Err(runtime::exec(&runtime, args));
+    };
     let (config, config_path) = Config::load_from_env()?;
-    nvc_host::logging::init(&config.log, "nvc-runtime");
+    start_logging(&config.log, runc);
+    let runtime = runtime::find_from_env(&config.runtime.runtimes, &config_path)?;
+    // runc does not promise the hook's working directory: pass an absolute path.
+    let config_path = std::path::absolute(&config_path).unwrap_or(config_path);
+    let source = ConfigSource {
+        path: &config_path,
+        from_env: std::env::var_os(nvc_config::CONFIG_ENV).is_some_and(|v| !v.is_empty()),
+    };
+    bundle::prepare(&bundle, &config, &source)?;
+    Err(runtime::exec(&runtime, args))
+}
+
+/// Logging to nvc's log, the file opened only if something is logged.
+fn start_logging(log: &nvc_config::LogConfig, runc: &RuncArgs) {
+    nvc_host::logging::init_lazy(log, "nvc-runtime");
     for flag in &runc.unknown_global_flags {
         log::warn!("unknown runc flag {flag:?} taken as a boolean");
     }
-    let runtime = runtime::find_from_env(&config.runtime.runtimes, &config_path)?;
-    if runc.creates_container() {
-        let bundle = bundle::bundle_dir(runc.bundle.as_deref())?;
-        // runc does not promise the hook's working directory: pass an absolute path.
-        let config_path = std::path::absolute(&config_path).unwrap_or(config_path);
-        let source = ConfigSource {
-            path: &config_path,
-            from_env: std::env::var_os(nvc_config::CONFIG_ENV).is_some_and(|v| !v.is_empty()),
-        };
-        bundle::prepare(&bundle, &config, &source)?;
-    } else if let Some(flag) = &runc.missing_value {
-        log::warn!("{flag} lacks its value; passing the command line to the runtime as it is");
-    }
-    Err(runtime::exec(&runtime, args))
 }

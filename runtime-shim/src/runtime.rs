@@ -1,7 +1,7 @@
 //! Finding the low-level runtime (runc, crun) and handing the command line over to it.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,21 +11,28 @@ use crate::error::ShimError;
 /// The search path when `PATH` is unset: the one runc's callers use.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// Whether `path` is a regular file with an execute bit (following links).
-pub fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+/// The device and inode of `path` (following links) when it is a regular file with an
+/// execute bit: what tells two names of one file apart from two files.
+fn executable_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path)
+        .ok()
+        .filter(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// The first of `candidates` that is an executable file: an absolute path as it is, a
 /// bare name looked up in `search_path` (empty entries, meaning the current directory,
-/// are skipped). A candidate that resolves to `own_exe` is skipped, so the shim never
-/// execs itself. Names with a `/` that are not absolute are skipped too.
+/// are skipped). A candidate that is the file `own_exe` names (through a link, or a
+/// hard link) is skipped, so the shim never execs itself. Names with a `/` that are not
+/// absolute are skipped too.
 pub fn find(candidates: &[String], search_path: &OsStr, own_exe: Option<&Path>) -> Option<PathBuf> {
-    let own = own_exe.and_then(|p| p.canonicalize().ok());
-    let is_self = |p: &Path| own.is_some() && p.canonicalize().ok() == own;
+    // One stat per name looked at: a container start pays for each.
+    let own = own_exe.and_then(|p| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino())));
+    let is_self = |id: (u64, u64)| own == Some(id);
     for candidate in candidates {
         let found = if candidate.starts_with('/') {
-            Some(PathBuf::from(candidate)).filter(|p| is_executable(p))
+            let path = PathBuf::from(candidate);
+            executable_id(&path).map(|id| (path, id))
         } else if candidate.is_empty() || candidate.contains('/') {
             log::warn!("runtime {candidate:?} is neither an absolute path nor a name; skipped");
             None
@@ -33,13 +40,17 @@ pub fn find(candidates: &[String], search_path: &OsStr, own_exe: Option<&Path>) 
             std::env::split_paths(search_path)
                 .filter(|dir| dir.is_absolute())
                 .map(|dir| dir.join(candidate))
-                .find(|p| is_executable(p) && !is_self(p))
+                .find_map(|p| {
+                    executable_id(&p)
+                        .filter(|id| !is_self(*id))
+                        .map(|id| (p, id))
+                })
         };
         match found {
-            Some(p) if is_self(&p) => {
+            Some((p, id)) if is_self(id) => {
                 log::warn!("runtime {} is nvc-runtime itself; skipped", p.display())
             }
-            Some(p) => return Some(p),
+            Some((p, _)) => return Some(p),
             None => log::debug!("runtime {candidate:?} not found"),
         }
     }
@@ -50,8 +61,10 @@ pub fn find(candidates: &[String], search_path: &OsStr, own_exe: Option<&Path>) 
 /// tried.
 pub fn find_from_env(candidates: &[String], config: &Path) -> Result<PathBuf, ShimError> {
     let search_path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from(DEFAULT_PATH));
-    let own_exe = std::env::current_exe().ok();
-    find(candidates, &search_path, own_exe.as_deref()).ok_or_else(|| ShimError::NoRuntime {
+    // The file this process runs, whatever name it was started by: one stat, where
+    // `current_exe` would read the link and resolve it again.
+    let own_exe = Path::new("/proc/self/exe");
+    find(candidates, &search_path, Some(own_exe)).ok_or_else(|| ShimError::NoRuntime {
         candidates: format!("[{}]", candidates.join(", ")),
         search_path: search_path.to_string_lossy().into_owned(),
         config: config.to_path_buf(),
@@ -133,5 +146,12 @@ mod tests {
         );
         let abs = a.join("runc").display().to_string();
         assert_eq!(find(&[abs], &search, own), None);
+        // A hard link to the shim is the shim too.
+        fs::remove_file(a.join("runc")).unwrap();
+        fs::hard_link(&shim, a.join("runc")).unwrap();
+        assert_eq!(
+            find(&["runc".to_string()], &search, own),
+            Some(b.join("runc"))
+        );
     }
 }

@@ -1,7 +1,9 @@
 //! The timed comparisons, one table each: whole containers, the shim and the hook alone,
-//! scaling with the number of GPUs, a large image, and this build against a baseline.
+//! scaling with the number of GPUs, batches started in parallel, a large image, and this
+//! build against a baseline.
 
 use std::path::Path;
+use std::time::Duration;
 
 use crate::error::BenchError;
 use crate::large_image;
@@ -9,7 +11,10 @@ use crate::report::Table;
 use crate::runner::{Case, Configs, Image, Runtime};
 use crate::stats::{mib, ms, signed_ms, Samples, Summary};
 
-use super::{fake_driver, strings, Driver, Findings, Suite, ALL_CAPS, NO_GPU, UTILITY_COMPUTE};
+use super::{
+    fake_driver, strings, Driver, Findings, ParallelFinding, Suite, ALL_CAPS, NO_GPU,
+    UTILITY_COMPUTE,
+};
 
 impl Suite<'_> {
     /// 1. Whole containers through runc and through nvc.
@@ -240,6 +245,101 @@ impl Suite<'_> {
                 signed_ms(starts[i + 1].cpu_median_ms() - base_cpu),
                 ms(median(&parts[2 * i])),
                 ms(median(&parts[2 * i + 1])),
+            ]);
+        }
+        Ok(Some(table))
+    }
+
+    /// Batches of GPU containers started in parallel through nvc and through plain
+    /// runc; `None` when not asked for (`--parallel 0`).
+    pub(super) fn parallel_starts(
+        &self,
+        found: &mut Findings,
+    ) -> Result<Option<Table>, BenchError> {
+        let options = self.options;
+        let (count, in_flight) = (options.parallel, options.in_flight);
+        if count == 0 {
+            return Ok(None);
+        }
+        // Hard-linked copies: a hundred byte-by-byte copies a batch would take longer
+        // than the batch (neither runc nor the hook writes an image file in place).
+        let image = Image {
+            path: self.image.path.clone(),
+            hard_links: true,
+        };
+        let env = strings(UTILITY_COMPUTE);
+        let runtimes = [Runtime::Runc, self.nvc()];
+        // A batch of each as warm-up, then the batches, alternating which goes first.
+        let mut times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+        let started = std::time::Instant::now();
+        for batch in 0..=options.batches {
+            eprint!(
+                "\rparallel starts ({count}, {in_flight} in flight): batch {batch}/{} ",
+                options.batches
+            );
+            for k in 0..2 {
+                let i = (batch + k) % 2;
+                let t = self
+                    .bench
+                    .parallel(&runtimes[i], &image, &env, count, in_flight)?;
+                if batch > 0 {
+                    times[i].push(t);
+                }
+            }
+        }
+        eprintln!("({:.1} s)", started.elapsed().as_secs_f64());
+        let ratios: Vec<f64> = times[1]
+            .iter()
+            .zip(&times[0])
+            .map(|(nvc, runc)| nvc.as_secs_f64() / runc.as_secs_f64())
+            .collect();
+        let ratio = median_of(ratios.clone());
+        found.parallel = Some(ParallelFinding {
+            count,
+            in_flight,
+            ratio,
+        });
+        let mut table = Table::new(
+            "Parallel starts",
+            &format!(
+                "{count} `/bin/true` containers (all GPUs, utility,compute) started at once, \
+                 {in_flight} in flight, through nvc and through plain runc (which ignores \
+                 the request): the wall-clock time from the first start to the last exit. \
+                 Batches of each: {} after one of warm-up, alternating which goes first; \
+                 each container on its own copy of the image. Ratio: the median of the \
+                 per-pair ratios nvc / runc.",
+                options.batches
+            ),
+            &[
+                "configuration",
+                "median ms",
+                "min ms",
+                "max ms",
+                "per container ms",
+                "ratio",
+            ],
+        );
+        for (i, name) in ["runc (no nvc)", "nvc-runtime + nvc-hook"]
+            .iter()
+            .enumerate()
+        {
+            let s = Summary::of(&times[i]).unwrap_or(Summary {
+                median_ms: f64::NAN,
+                min_ms: f64::NAN,
+                max_ms: f64::NAN,
+                count: 0,
+            });
+            table.row([
+                name.to_string(),
+                ms(s.median_ms),
+                ms(s.min_ms),
+                ms(s.max_ms),
+                ms(s.median_ms / count as f64),
+                if i == 0 {
+                    String::new()
+                } else {
+                    format!("{ratio:.2} ×")
+                },
             ]);
         }
         Ok(Some(table))
