@@ -113,7 +113,7 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
     };
     // One full discovery serves every start until the driver changes (see
     // nvc_host::files_cache for when an entry is used).
-    let cache = RunCache::default();
+    let cache = RunCache::new(&config.hook.state_dir);
     let plan = Plan::for_bundle_cached(
         &state.bundle,
         &config,

@@ -163,7 +163,7 @@ impl RunCache {
             .collect::<Result<Vec<_>, _>>()?;
         let entry = Entry {
             format: FORMAT,
-            nvc: env!("CARGO_PKG_VERSION").to_string(),
+            nvc: writer(),
             root: roots.root.clone(),
             dev_root: roots.dev_root.clone(),
             proc_root: roots.proc_root.clone(),
@@ -273,10 +273,23 @@ fn trusted_owner(uid: u32, mode: u32) -> Result<(), Refused> {
     Ok(())
 }
 
+/// Who writes an entry: nvc's version and the running program's file (device, inode,
+/// mtime), so that another build of the same version, which may discover differently,
+/// never takes an entry this one wrote.
+fn writer() -> String {
+    let exe = fs::metadata("/proc/self/exe")
+        .map(|m| {
+            use std::os::unix::fs::MetadataExt;
+            format!("{}:{}:{}", m.dev(), m.ino(), m.mtime())
+        })
+        .unwrap_or_default();
+    format!("{} {exe}", env!("CARGO_PKG_VERSION"))
+}
+
 /// Whether `entry` says what a discovery under `roots` at `version` would find now.
 fn check(entry: &Entry, roots: &DriverRoots, version: &str) -> Result<(), Refused> {
     let stale = |why: String| Err(Refused::Stale(why));
-    if entry.format != FORMAT || entry.nvc != env!("CARGO_PKG_VERSION") {
+    if entry.format != FORMAT || entry.nvc != writer() {
         return stale(format!("written by nvc {}", entry.nvc));
     }
     if (&entry.root, &entry.dev_root, &entry.proc_root)

@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 carry=.device-carry
 cargo build --release --locked --workspace
+# The shim as it is packaged: static (.cargo/config.toml says why).
+cargo build-shim-static
 mkdir -p "$carry/bin" "$carry/debs"
 cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-fake-driver,nvc-bench,nvc-cri} "$carry/bin/"
 git describe --always --dirty >"$carry/commit"
