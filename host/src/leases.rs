@@ -419,6 +419,12 @@ fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, String> {
 fn write_lease(path: &Path, file: &LeaseFile) -> Result<(), LeaseError> {
     // Readable by all, so that `nvc list --leases` works for users; a link in its place
     // is replaced, never followed.
-    files::write_atomic(path, &lease::render(file), &WriteOptions::new(0o644))?;
+    // Not synced: a lease lives on the host's /run and dies with the holder, or at
+    // reboot, anyway.
+    let options = WriteOptions {
+        durable: false,
+        ..WriteOptions::new(0o644)
+    };
+    files::write_atomic(path, &lease::render(file), &options)?;
     Ok(())
 }
