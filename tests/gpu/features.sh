@@ -31,8 +31,20 @@ check "nvcc builds the CUDA program" test -x "$rootfs/usr/bin/vadd"
 long() { # long ID ENV: a container of ID running sleep, created and started through nvc-runtime
     local b=$work/$1
     bundle "$b" "$2" 'sleep 300' >/dev/null
-    (cd "$b" && nvcrt create "$1" && nvcrt start "$1") 2>&1
+    # Its output not to ours: a command substitution would wait for the sleep.
+    (cd "$b" && nvcrt create "$1" >"$work/$1.out" 2>&1 </dev/null && nvcrt start "$1") 2>&1
+    cat "$work/$1.out"
 }
+# Whatever runs at the end goes: a holder left running would keep the GPU from every
+# script after this one.
+cleanup() {
+    for id in holder plain; do
+        runc --root "$state" kill "$id" KILL >/dev/null 2>&1
+        sleep 0.2
+        runc --root "$state" delete --force "$id" >/dev/null 2>&1
+    done
+}
+trap cleanup EXIT
 end() { nvcrt kill "$1" KILL >/dev/null 2>&1; sleep 0.5; nvcrt delete --force "$1" >/dev/null 2>&1; }
 writable() { # writable BUNDLE: its rootfs read-write, as engines give it
     python3 - "$1/config.json" <<'PY'
@@ -57,7 +69,7 @@ check "once the holder is killed, the GPU is free" test "$(grep '^GPU ' <<<"$thi
 echo; echo "--- nvc attach and detach"
 b=$work/plain
 bundle "$b" "" 'sleep 300' >/dev/null && writable "$b"
-(cd "$b" && runc --root "$state" create plain && runc --root "$state" start plain) 2>&1
+(cd "$b" && runc --root "$state" create plain >/dev/null 2>&1 </dev/null && runc --root "$state" start plain) 2>&1
 before=$(runc --root "$state" exec plain sh -c 'ls /dev/nvidia0 2>&1; nvidia-smi -L 2>&1 | head -1')
 echo "$before"
 check "a container started without nvc has no GPU" grep -q 'No such file' <<<"$before"
