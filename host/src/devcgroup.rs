@@ -3,7 +3,9 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use libnvc::devcgroup::{allow, runtime_rules, Access, DeviceKind, DevicePolicy, Rule, RuleError};
+use libnvc::devcgroup::{
+    allow, runtime_rules, Access, DeviceKind, DevicePolicy, Rule, RuleError, RuleKind,
+};
 use log::{debug, info};
 use serde_json::Value;
 
@@ -262,12 +264,28 @@ pub fn prepare_revoke(
             },
         });
     }
+    // The program is rebuilt from the rules, default deny: the devices' own allow rules
+    // are left out. A deny is added only where a wider rule still opens them (which a
+    // device program, like runc, cannot take back from a wildcard: then it says so).
     let mut rules = cgroup.rules.clone();
     for d in devices {
-        rules.push(Rule {
-            allow: false,
-            ..Rule::allow_char(d.major, d.minor)
+        let exact = Rule::allow_char(d.major, d.minor);
+        rules.retain(|r| {
+            !(r.allow && r.kind == exact.kind && r.major == exact.major && r.minor == exact.minor)
         });
+        let opens = |r: &Rule| {
+            r.allow
+                && r.access.intersects(Access::READ_WRITE)
+                && (r.kind == RuleKind::All || r.kind == exact.kind)
+                && r.major.is_none_or(|m| m == d.major)
+                && r.minor.is_none_or(|m| m == d.minor)
+        };
+        if rules.iter().any(opens) {
+            rules.push(Rule {
+                allow: false,
+                ..exact
+            });
+        }
     }
     let policy = DevicePolicy::from_rules(&rules)?;
     let dir = CgroupDir::open_v2(&dir_path)?;

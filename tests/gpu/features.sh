@@ -84,8 +84,9 @@ check "after nvc detach: the GPU's node is gone and CUDA finds no GPU" \
 runc --root "$state" kill plain KILL >/dev/null 2>&1; sleep 0.5; runc --root "$state" delete --force plain >/dev/null 2>&1
 
 echo; echo "--- no trace: a GPU container's writable rootfs, before and after"
+# (CUDA_CACHE_DISABLE: CUDA's own kernel cache in ~/.nv is the program's doing, not nvc's.)
 t=$work/trace
-bundle "$t" "NVIDIA_VISIBLE_DEVICES=all" 'nvidia-smi -L; vadd' >/dev/null && writable "$t"
+bundle "$t" "NVIDIA_VISIBLE_DEVICES=all;CUDA_CACHE_DISABLE=1" 'nvidia-smi -L; vadd' >/dev/null && writable "$t"
 # Every path with its type, a file's size, a link's target (a folder's size on disk does
 # not shrink back), and the cache's digest.
 listing() { (cd "$t/rootfs" && find . \( -type f -printf '%p f %s\n' \) -o \( ! -type f -printf '%p %y %l\n' \) | sort; sha256sum etc/ld.so.cache 2>/dev/null); }
