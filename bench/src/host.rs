@@ -87,21 +87,14 @@ pub fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-/// `2025-11-21 21:26 UTC` for seconds since the epoch.
+/// `2025-11-21 21:26 UTC` for seconds since the epoch: [`libnvc::lease::utc`] without
+/// the seconds.
 pub fn utc_date(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let (hour, minute) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
+    let full = libnvc::lease::utc(secs);
+    match (full.get(..16), full.get(19..)) {
+        (Some(minutes), Some(zone)) => format!("{minutes}{zone}"),
+        _ => full,
+    }
 }
 
 /// `Intel(R) Xeon(R) Processor, 2 CPUs` from `/proc/cpuinfo`.

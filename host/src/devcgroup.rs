@@ -277,8 +277,8 @@ pub fn prepare_revoke(
             r.allow
                 && r.access.intersects(Access::READ_WRITE)
                 && (r.kind == RuleKind::All || r.kind == exact.kind)
-                && r.major.is_none_or(|m| m == d.major)
-                && r.minor.is_none_or(|m| m == d.minor)
+                && r.major.map_or(true, |m| m == d.major)
+                && r.minor.map_or(true, |m| m == d.minor)
         };
         if rules.iter().any(opens) {
             rules.push(Rule {

@@ -150,9 +150,9 @@ fn io(op: &'static str, path: &Path) -> impl FnOnce(Errno) -> TraceError {
 /// The start time of process `pid` (clock ticks since boot), or `None` if it is gone.
 fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields start after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    libnvc::lease::parse_proc_stat(&stat)
+        .filter(|s| !matches!(s.state, 'Z' | 'X' | 'x'))
+        .map(|s| s.start_time)
 }
 
 /// `<state_dir>/containers`, made where missing (mode 0700), opened.
