@@ -209,7 +209,7 @@ fn context(args: &AttachArgs) -> Result<Context, AttachCliError> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("/run/runc"));
     let root = std::path::absolute(&root).unwrap_or(root);
-    let record_path = nvc_host::attach::record_path(&root, &args.id);
+    let record_path = nvc_host::attach::record_path(&config.hook.state_dir, &root, &args.id);
     let record = AttachRecord::load(&record_path, state.pid)?;
     Ok(Context {
         state,

@@ -24,9 +24,10 @@ use crate::devcgroup::{self, CharDevice, DevCgroupError, DeviceCgroup};
 use crate::files::{self, FileError, WriteOptions};
 use crate::setup::Target;
 
-/// Where the records of what nvc attached live: on a tmpfs, gone with the host's boot
-/// as the containers are.
-pub const RECORD_DIR: &str = "/run/nvc/attached";
+/// Where the records of what nvc attached live, in nvc's state folder (`[hook]
+/// state-dir`, on the host's `/run` tmpfs: gone with the host's boot as the containers
+/// are).
+pub const RECORD_DIR: &str = "attached";
 
 /// Why a running container cannot be changed.
 #[derive(Debug, thiserror::Error)]
@@ -115,15 +116,18 @@ pub struct AttachRecord {
     pub gpus: Vec<String>,
 }
 
-/// The record file of container `id` under the runtime state directory `state_root`.
-pub fn record_path(state_root: &Path, id: &str) -> PathBuf {
+/// The record file of container `id` under the runtime state directory `state_root`, in
+/// nvc's state folder `state_dir` (`[hook] state-dir`, `/run/nvc`).
+pub fn record_path(state_dir: &Path, state_root: &Path, id: &str) -> PathBuf {
     // FNV-1a of the state directory: stable across builds, and ids of two runtimes' roots
     // do not meet.
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in state_root.as_os_str().as_encoded_bytes() {
         hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
     }
-    Path::new(RECORD_DIR).join(format!("{hash:016x}-{id}.json"))
+    state_dir
+        .join(RECORD_DIR)
+        .join(format!("{hash:016x}-{id}.json"))
 }
 
 impl AttachRecord {
@@ -302,12 +306,13 @@ mod tests {
 
     #[test]
     fn records_are_per_state_root_and_id() {
-        let a = record_path(Path::new("/run/runc"), "web");
-        let b = record_path(Path::new("/run/docker/runtime-runc/moby"), "web");
+        let run = Path::new("/run/nvc");
+        let a = record_path(run, Path::new("/run/runc"), "web");
+        let b = record_path(run, Path::new("/run/docker/runtime-runc/moby"), "web");
         assert_ne!(a, b);
-        assert!(a.starts_with(RECORD_DIR));
+        assert!(a.starts_with("/run/nvc/attached"));
         assert!(a.to_string_lossy().ends_with("-web.json"));
-        assert_eq!(a, record_path(Path::new("/run/runc"), "web"));
+        assert_eq!(a, record_path(run, Path::new("/run/runc"), "web"));
     }
 
     #[test]
