@@ -32,6 +32,7 @@ const OWNED: &[&[&str]] = &[
     &["annotations", libnvc::oci::spec::CRUN_HOOKS_STDERR],
     &["hooks"],
     &["hooks", "prestart"],
+    &["hooks", "poststop"],
     &["linux"],
     &["linux", "devices"],
     &["linux", "resources"],
