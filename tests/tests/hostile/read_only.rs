@@ -7,6 +7,29 @@ fn read_only(bundle: Bundle) -> Bundle {
     bundle.readonly(true).write().unwrap()
 }
 
+/// Runs `bundle` as `create` (the prestart hook has run when it returns), then `start`,
+/// until it ends, then `delete` (the poststop hook): the rootfs's digest while the
+/// container exists, and the container's outcome (its output; the create's status).
+fn run_seen_while_created(
+    rt: &Runtime,
+    bundle: &Bundle,
+    id: &str,
+    rootfs: &std::path::Path,
+) -> (String, Outcome) {
+    let mut out = rt.create(bundle, id);
+    let during = tree_digest(rootfs);
+    if out.success() {
+        rt.start(id);
+        let deadline = std::time::Instant::now() + BOUND;
+        while !rt.state(id).stdout.contains("\"stopped\"") && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (out.stdout, out.stderr) = rt.container_output(id);
+    }
+    rt.delete(id);
+    (during, out)
+}
+
 #[test]
 fn a_read_only_rootfs_gets_only_empty_mount_points_and_keeps_every_file() {
     let lab = Lab::new();
@@ -37,11 +60,12 @@ fn a_read_only_rootfs_gets_only_empty_mount_points_and_keeps_every_file() {
         "head -c 4 {LIB}/libcuda.so.1 | grep -q ELF && echo soname-readable; \
          [ ! -L {LIB}/libcuda.so.1 ] && echo soname-not-a-link; echo done"
     );
-    let out = rt.run(
+    let (after, out) = run_seen_while_created(
+        &rt,
         &read_only(lab.bundle(&rootfs, &all_gpus(), &script)),
         &container_id("nvc-hostile-ro"),
+        &rootfs,
     );
-    let after = tree_digest(&rootfs);
     assert!(!out.timed_out, "not done within {BOUND:?}: {out:?}");
     for line in ["soname-readable", "soname-not-a-link"] {
         assert!(
@@ -66,6 +90,13 @@ fn a_read_only_rootfs_gets_only_empty_mount_points_and_keeps_every_file() {
             "nvc wrote more than an empty mount point into a read-only rootfs: {line}"
         );
     }
+    // Once the container has ended, not even those: the poststop hook took them away.
+    let ended = tree_digest(&rootfs);
+    assert!(
+        ended == before,
+        "nvc left mount points in a read-only rootfs after the container:\n{}",
+        digest_diff(&before, &ended)
+    );
     outside.assert_untouched("root.readonly");
 }
 
@@ -92,12 +123,15 @@ fn a_read_only_rootfs_with_every_mount_point_in_place_starts_unchanged() {
     let dir = lab.fresh();
     let rootfs = dir.join("rootfs");
     let before = digest_entries(&tree_digest(&rootfs));
-    let out = rt.run(
+    // Seen while the container exists: once it has ended, the poststop hook takes it away.
+    let (during, out) = run_seen_while_created(
+        &rt,
         &lab.bundle(&rootfs, &all_gpus(), "echo started"),
         &container_id("nvc-hostile-ro"),
+        &rootfs,
     );
     assert!(out.success() && out.stdout.contains("started"), "{out:?}");
-    let created: Vec<(String, (u32, String))> = digest_entries(&tree_digest(&rootfs))
+    let created: Vec<(String, (u32, String))> = digest_entries(&during)
         .into_iter()
         .filter(|(path, _)| !before.contains_key(path))
         .collect();
