@@ -58,6 +58,9 @@ pub fn undo(config: &Config, id: &str, bundle: &std::path::Path) -> Result<(), P
     let spec_path = bundle.join("config.json");
     let spec = spec::read_spec(&RealHost, &spec_path)?;
     let view = spec::view(&spec, bundle)?;
+    // Not while another container's hook sets the same rootfs up (trace::RootfsLock).
+    let _lock =
+        trace::lock_rootfs(&config.hook.state_dir, &view.rootfs).map_err(PoststopError::Trace)?;
     let undone = trace::undo(&config.hook.state_dir, id, bundle, &view.rootfs)
         .map_err(PoststopError::Trace)?;
     log::info!(

@@ -153,6 +153,18 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         &plan.request,
         &gpu.driver,
     )?;
+    // Held until the record is written: a container ending on the same rootfs waits,
+    // then sees this one (nvc_host::trace).
+    let _rootfs_lock = match nvc_host::trace::lock_rootfs(&config.hook.state_dir, &target.rootfs) {
+        Ok(lock) => Some(lock),
+        Err(e) => {
+            log::warn!(
+                "what nvc makes in the rootfs stays after the container: {}",
+                libnvc::report::error_chain(&e)
+            );
+            None
+        }
+    };
     // Opened here, in the host's mount namespace: set_up enters the container's.
     let record = match RecordDir::create(
         &config.hook.state_dir,

@@ -173,6 +173,36 @@ fn containers_dir(state_dir: &Path) -> Result<(PathBuf, OwnedFd), TraceError> {
     Ok((dir, fd))
 }
 
+/// The lock of one rootfs, held by a prestart hook from before it makes anything there
+/// until its record is written, and by a poststop hook while it takes things away: a
+/// container ending on a rootfs another is being set up on waits, and then sees it
+/// (and hands its record over). A file in the state folder, per rootfs (device and
+/// inode), which no container reaches; released when dropped.
+#[derive(Debug)]
+pub struct RootfsLock {
+    _file: File,
+}
+
+/// Takes the lock of `rootfs` ([`RootfsLock`]), waiting for it (the hook's deadline
+/// bounds the wait).
+pub fn lock_rootfs(state_dir: &Path, rootfs: &Path) -> Result<RootfsLock, TraceError> {
+    let st = rustix::fs::stat(rootfs).map_err(io("stat", rootfs))?;
+    let (dir, dir_fd) = containers_dir(state_dir)?;
+    let name = format!(".rootfs-{}-{}.lock", st.st_dev, st.st_ino);
+    let path = dir.join(&name);
+    let fd = rustix::fs::openat(
+        &dir_fd,
+        name.as_str(),
+        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(io("open", &path))?;
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive).map_err(io("lock", &path))?;
+    Ok(RootfsLock {
+        _file: File::from(fd),
+    })
+}
+
 /// A container's record folder, opened in the host's mount namespace before the hook
 /// enters the container's.
 #[derive(Debug)]
@@ -272,11 +302,14 @@ impl RecordDir {
         Ok(())
     }
 
+    /// Writes `name` whole: a new file by a temporary name, renamed over it, so that a
+    /// reader never sees part of one.
     fn write(&self, name: &str, data: &[u8]) -> Result<(), TraceError> {
         let path = self.path.join(name);
+        let tmp = format!(".{name}.new");
         let fd = rustix::fs::openat(
             &self.fd,
-            name,
+            tmp.as_str(),
             OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )
@@ -285,9 +318,10 @@ impl RecordDir {
             .write_all(data)
             .map_err(|source| TraceError::Io {
                 op: "write",
-                path,
+                path: path.clone(),
                 source,
-            })
+            })?;
+        rustix::fs::renameat(&self.fd, tmp.as_str(), &self.fd, name).map_err(io("rename", &path))
     }
 }
 
@@ -330,6 +364,7 @@ fn remove_folder(parent: &OwnedFd, name: &str, path: &Path) {
     ) {
         for file in [RECORD, ORIGINAL_CACHE] {
             let _ = rustix::fs::unlinkat(&fd, file, AtFlags::empty());
+            let _ = rustix::fs::unlinkat(&fd, format!(".{file}.new").as_str(), AtFlags::empty());
         }
     }
     if let Err(e) = rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
