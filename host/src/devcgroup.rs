@@ -3,9 +3,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use libnvc::devcgroup::{
-    allow, runtime_rules, Access, DeviceKind, DevicePolicy, Rule, RuleError, RuleKind,
-};
+use libnvc::devcgroup::{allow, runtime_rules, Access, DeviceKind, DevicePolicy, Rule, RuleError};
 use log::{debug, info};
 use serde_json::Value;
 
@@ -176,78 +174,87 @@ enum Prepared {
 /// its cgroup from `/proc/<pid>/cgroup`, opens its directory and, for cgroup v2, builds
 /// and loads the new program (see `libnvc::devcgroup`); nothing is changed until
 /// [`PreparedGrant::apply`] appends to its v1 `devices.allow` or replaces its v2 device
-/// program. Must run in the host's mount and cgroup namespaces. Reads the container's cgroup, opens its directory and, for
-/// cgroup v2, builds and loads the new program. Nothing is changed yet.
+/// program. Must run in the host's mount and cgroup namespaces.
 pub fn prepare(
     pid: i32,
     cgroup: &DeviceCgroup,
     devices: &[CharDevice],
 ) -> Result<PreparedGrant, DevCgroupError> {
-    if devices.is_empty() {
-        return Ok(PreparedGrant {
-            step: Prepared::Nothing,
-        });
-    }
-    let (unified, dir_path) = container_cgroup(pid, &cgroup.cgroup_root)?;
-    if !unified {
-        let dir = CgroupDir::open_v1(&dir_path)?;
-        let lines = devices
+    prepare_change(pid, cgroup, devices, "devices.allow", |dir_path| {
+        let before = DevicePolicy::from_rules(&cgroup.rules)?;
+        if devices
             .iter()
-            .map(|d| format!("c {}:{} rwm", d.major, d.minor))
-            .collect();
-        return Ok(PreparedGrant {
-            step: Prepared::Legacy {
-                dir,
-                file: "devices.allow",
-                lines,
-            },
-        });
-    }
-
-    let before = DevicePolicy::from_rules(&cgroup.rules)?;
-    if devices
-        .iter()
-        .all(|d| before.permits(DeviceKind::Char, d.major, d.minor, Access::ALL))
-    {
-        debug!(
-            "the device rules of {} already allow the devices",
-            dir_path.display()
-        );
-        return Ok(PreparedGrant {
-            step: Prepared::Nothing,
-        });
-    }
-    let mut rules = cgroup.rules.clone();
-    for d in devices {
-        allow(&mut rules, d.major, d.minor);
-    }
-    let policy = DevicePolicy::from_rules(&rules)?;
-    let dir = CgroupDir::open_v2(&dir_path)?;
-    let program = DeviceProgram::load(&policy.program(), PROGRAM_NAME).map_err(|source| {
-        DevCgroupError::Program {
-            cgroup: dir_path.clone(),
-            source,
+            .all(|d| before.permits(DeviceKind::Char, d.major, d.minor, Access::ALL))
+        {
+            debug!(
+                "the device rules of {} already allow the devices",
+                dir_path.display()
+            );
+            return Ok(None);
         }
-    })?;
-    Ok(PreparedGrant {
-        step: Prepared::Unified { dir, program },
+        let mut rules = cgroup.rules.clone();
+        for d in devices {
+            allow(&mut rules, d.major, d.minor);
+        }
+        Ok(Some(rules))
     })
 }
 
 /// The reverse of [`prepare`], for `nvc detach`: forbids the container whose init is `pid`
 /// to open `devices`. cgroup v1: `c MAJOR:MINOR rwm` for [`PreparedGrant::apply`] to write
 /// to its `devices.deny`; cgroup v2: its device program rebuilt from `cgroup.rules` (the
-/// runtime's, with the grants that stay) and a deny rule per device, to replace the one
-/// attached. Must run in the host's mount and cgroup namespaces; nothing is changed yet.
+/// runtime's, with the grants that stay) without the devices' own allow rules, to replace
+/// the one attached. Must run in the host's mount and cgroup namespaces; nothing is
+/// changed yet.
 pub fn prepare_revoke(
     pid: i32,
     cgroup: &DeviceCgroup,
     devices: &[CharDevice],
 ) -> Result<PreparedGrant, DevCgroupError> {
+    prepare_change(pid, cgroup, devices, "devices.deny", |_| {
+        // The program is rebuilt from the rules, default deny: the devices' own allow
+        // rules are left out. A deny is added only where a wider rule still opens them
+        // (which a device program, like runc, cannot take back from a wildcard: then it
+        // says so).
+        let mut rules = cgroup.rules.clone();
+        for d in devices {
+            let exact = Rule::allow_char(d.major, d.minor);
+            rules.retain(|r| {
+                !(r.allow
+                    && r.kind == exact.kind
+                    && r.major == exact.major
+                    && r.minor == exact.minor)
+            });
+            let still = DevicePolicy::from_rules(&rules)?;
+            if [Access::READ, Access::WRITE]
+                .into_iter()
+                .any(|a| still.permits(DeviceKind::Char, d.major, d.minor, a))
+            {
+                rules.push(Rule {
+                    allow: false,
+                    ..exact
+                });
+            }
+        }
+        Ok(Some(rules))
+    })
+}
+
+/// What [`prepare`] and [`prepare_revoke`] share: the container's cgroup; on v1 a
+/// `c MAJOR:MINOR rwm` line per device for `v1_file`; on v2 the program of the rules
+/// `v2_rules` gives (given the cgroup's directory; `None`: nothing to change), loaded.
+fn prepare_change(
+    pid: i32,
+    cgroup: &DeviceCgroup,
+    devices: &[CharDevice],
+    v1_file: &'static str,
+    v2_rules: impl FnOnce(&Path) -> Result<Option<Vec<Rule>>, DevCgroupError>,
+) -> Result<PreparedGrant, DevCgroupError> {
+    let nothing = || PreparedGrant {
+        step: Prepared::Nothing,
+    };
     if devices.is_empty() {
-        return Ok(PreparedGrant {
-            step: Prepared::Nothing,
-        });
+        return Ok(nothing());
     }
     let (unified, dir_path) = container_cgroup(pid, &cgroup.cgroup_root)?;
     if !unified {
@@ -259,34 +266,14 @@ pub fn prepare_revoke(
         return Ok(PreparedGrant {
             step: Prepared::Legacy {
                 dir,
-                file: "devices.deny",
+                file: v1_file,
                 lines,
             },
         });
     }
-    // The program is rebuilt from the rules, default deny: the devices' own allow rules
-    // are left out. A deny is added only where a wider rule still opens them (which a
-    // device program, like runc, cannot take back from a wildcard: then it says so).
-    let mut rules = cgroup.rules.clone();
-    for d in devices {
-        let exact = Rule::allow_char(d.major, d.minor);
-        rules.retain(|r| {
-            !(r.allow && r.kind == exact.kind && r.major == exact.major && r.minor == exact.minor)
-        });
-        let opens = |r: &Rule| {
-            r.allow
-                && r.access.intersects(Access::READ_WRITE)
-                && (r.kind == RuleKind::All || r.kind == exact.kind)
-                && r.major.map_or(true, |m| m == d.major)
-                && r.minor.map_or(true, |m| m == d.minor)
-        };
-        if rules.iter().any(opens) {
-            rules.push(Rule {
-                allow: false,
-                ..exact
-            });
-        }
-    }
+    let Some(rules) = v2_rules(&dir_path)? else {
+        return Ok(nothing());
+    };
     let policy = DevicePolicy::from_rules(&rules)?;
     let dir = CgroupDir::open_v2(&dir_path)?;
     let program = DeviceProgram::load(&policy.program(), PROGRAM_NAME).map_err(|source| {

@@ -158,18 +158,35 @@ fn start_time(pid: i32) -> Option<u64> {
 /// `<state_dir>/containers`, made where missing (mode 0700), opened.
 fn containers_dir(state_dir: &Path) -> Result<(PathBuf, OwnedFd), TraceError> {
     let dir = state_dir.join("containers");
-    std::fs::create_dir_all(&dir).map_err(|source| TraceError::Io {
-        op: "create",
-        path: dir.clone(),
-        source,
-    })?;
-    let fd = rustix::fs::open(
-        &dir,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(io("open", &dir))?;
-    rustix::fs::chmod(&dir, Mode::from_raw_mode(0o700)).map_err(io("chmod", &dir))?;
+    let open = || {
+        rustix::fs::open(
+            &dir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    };
+    // Made (mode 0700) only the first time: this runs at every GPU container's start.
+    let fd = match open() {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => {
+            // The state folder as other nvc parts make it; this one root's alone.
+            let made = std::fs::create_dir_all(state_dir).and_then(|()| {
+                let mut builder = std::fs::DirBuilder::new();
+                std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+                match builder.create(&dir) {
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                    other => other,
+                }
+            });
+            made.map_err(|source| TraceError::Io {
+                op: "create",
+                path: dir.clone(),
+                source,
+            })?;
+            open().map_err(io("open", &dir))?
+        }
+        Err(e) => return Err(io("open", &dir)(e)),
+    };
     Ok((dir, fd))
 }
 

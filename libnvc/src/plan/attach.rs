@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::discover::{self, DeviceNode, Driver, DriverRoots, Scope};
 use crate::edits::{self, ContainerEdits, ContainerLayout};
 use crate::oci::request_policy;
-use crate::oci::spec::{self, SpecView};
+use crate::oci::spec::SpecView;
 use crate::probe::HostProbe;
 use crate::request::{DeviceSelection, Request, RequestPolicy, DRIVER_CAPABILITIES};
 
@@ -68,12 +68,7 @@ pub fn for_attach(
     probe: &dyn HostProbe,
     gpus: &str,
 ) -> Result<AttachPlan, AttachPlanError> {
-    let spec_path = bundle.join("config.json");
-    let spec = spec::read_spec(probe, &spec_path).map_err(PlanError::SpecFile)?;
-    let view = spec::view(&spec, bundle).map_err(|source| PlanError::BadSpec {
-        path: spec_path.clone(),
-        source,
-    })?;
+    let (spec_path, spec, view) = super::read_bundle_spec(probe, bundle)?;
     let policy_of = |privileged| {
         request_policy(config, privileged).map_err(|e| PlanError::Policy {
             path: config_path.to_path_buf(),

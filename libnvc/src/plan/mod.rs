@@ -320,6 +320,20 @@ impl Plan {
     }
 }
 
+/// The bundle's `config.json`: its path, the spec, and the view of it nvc works from.
+pub(crate) fn read_bundle_spec(
+    probe: &dyn HostProbe,
+    bundle: &Path,
+) -> Result<(PathBuf, Value, spec::SpecView), PlanError> {
+    let spec_path = bundle.join("config.json");
+    let spec = spec::read_spec(probe, &spec_path).map_err(PlanError::SpecFile)?;
+    let view = spec::view(&spec, bundle).map_err(|source| PlanError::BadSpec {
+        path: spec_path.clone(),
+        source,
+    })?;
+    Ok((spec_path, spec, view))
+}
+
 /// What [`plan`] runs on.
 struct Inputs<'a> {
     bundle: &'a Path,
@@ -341,12 +355,7 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
         handed,
         cache,
     } = *inputs;
-    let spec_path = bundle.join("config.json");
-    let spec = spec::read_spec(probe, &spec_path).map_err(PlanError::SpecFile)?;
-    let view = spec::view(&spec, bundle).map_err(|source| PlanError::BadSpec {
-        path: spec_path.clone(),
-        source,
-    })?;
+    let (spec_path, spec, view) = read_bundle_spec(probe, bundle)?;
     progress.view = Some(view.clone());
     if stage != Stage::Hook {
         rootfs::refuse_linked_dev(probe, &view.rootfs)?;
