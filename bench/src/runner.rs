@@ -121,6 +121,18 @@ pub enum Case {
         /// Added to `process.env`.
         env: Vec<String>,
     },
+    /// `<runtime> --root S create --bundle B ID`, then `<runtime> --root S start ID`, of
+    /// [`COMMAND`] from a fresh copy of `rootfs`: the time to the container's first
+    /// instruction, the two commands' times added; the container is deleted afterwards,
+    /// untimed (with its `poststop` hooks).
+    Started {
+        /// runc or the shim.
+        runtime: Runtime,
+        /// The image, copied for every run.
+        rootfs: Image,
+        /// Added to `process.env`.
+        env: Vec<String>,
+    },
     /// `<program> --root S create --bundle B ID` where the shim (with `config`, whose
     /// runtime is the no-op) or the no-op itself (`None`: the floor) is the program; the
     /// pristine config.json is restored before every run.
@@ -299,6 +311,11 @@ impl Bench {
                 rootfs,
                 env,
             } => self.container(runtime, rootfs, env),
+            Case::Started {
+                runtime,
+                rootfs,
+                env,
+            } => self.started(runtime, rootfs, env),
             Case::Shim {
                 config,
                 bundle,
@@ -353,6 +370,77 @@ impl Bench {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status();
+        }
+        remove(&dir)?;
+        remove(&container_rootfs)?;
+        measured
+    }
+
+    fn started(
+        &self,
+        runtime: &Runtime,
+        rootfs: &Image,
+        env: &[String],
+    ) -> Result<Measured, BenchError> {
+        let (dir, container_rootfs) = self.fresh_run("start")?;
+        rootfs.copy_to(&container_rootfs)?;
+        Bundle::new(&dir, &container_rootfs)?
+            .args(&[COMMAND])
+            .env(env)
+            .write()?;
+        let id = self.container_id();
+        let (program, config) = match runtime {
+            Runtime::Runc => (&self.programs.runc, None),
+            Runtime::Nvc(config) => (&self.programs.shim, Some(config)),
+            Runtime::Shim { shim, config } => (shim, Some(config)),
+        };
+        let command = |args: &[&str]| {
+            let mut command = measure::command(program, &report_path(&dir));
+            command
+                .arg("--root")
+                .arg(&self.state)
+                .args(args)
+                .env_remove(nvc_config::CONFIG_ENV);
+            if let Some(config) = config {
+                command.env(nvc_config::CONFIG_ENV, config);
+            }
+            command
+        };
+        let bundle = dir.to_string_lossy().into_owned();
+        let created = self.timed(
+            &mut command(&["create", "--bundle", &bundle, &id]),
+            &dir,
+            None,
+        );
+        let measured = created.and_then(|created| {
+            let started = self.timed(&mut command(&["start", &id]), &dir, None)?;
+            Ok(Measured {
+                time: created.time + started.time,
+                status: started.status,
+                max_rss_kib: created.max_rss_kib.max(started.max_rss_kib),
+                cpu: created.cpu + started.cpu,
+            })
+        });
+        // Through the same runtime: runc runs the poststop hooks as it deletes.
+        let mut delete = Command::new(program);
+        delete
+            .arg("--root")
+            .arg(&self.state)
+            .args(["delete", "--force", &id])
+            .env_remove(nvc_config::CONFIG_ENV)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(config) = config {
+            delete.env(nvc_config::CONFIG_ENV, config);
+        }
+        let deleted = delete.status();
+        if measured.is_ok() && !deleted.is_ok_and(|s| s.success()) {
+            return Err(BenchError::Failed {
+                command: measure::describe(&delete),
+                status: "failed".into(),
+                details: String::new(),
+            });
         }
         remove(&dir)?;
         remove(&container_rootfs)?;

@@ -59,8 +59,11 @@ struct Suite<'a> {
 /// The medians the targets are judged on, gathered from the tables.
 #[derive(Default)]
 struct Findings {
-    /// Container starts: runc, nvc without GPU, utility,compute, all capabilities.
+    /// Container starts to exit (`run`): runc, nvc without GPU, utility,compute, all
+    /// capabilities.
     starts: Vec<Samples>,
+    /// The same to the container's first instruction (`create` + `start`).
+    started: Vec<Samples>,
     /// The floor, the shim (no GPU, utility,compute, all), the hook (utility,compute, all).
     parts: Vec<Samples>,
     /// (GPUs, added ms) of the scaling table.
@@ -117,6 +120,7 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
 
     let mut found = Findings::default();
     let mut report = Report::default();
+    report.tables.push(suite.started(&mut found)?);
     report.tables.push(suite.containers(&mut found)?);
     report.tables.push(suite.parts(&mut found)?);
     if let Some(table) = suite.scaling(&mut found)? {
@@ -183,6 +187,15 @@ impl Suite<'_> {
     /// A `/bin/true` container of the small image, through `runtime`, asking for `env`.
     fn container(&self, runtime: Runtime, env: &[&str]) -> Case {
         Case::Container {
+            runtime,
+            rootfs: self.image.clone(),
+            env: strings(env),
+        }
+    }
+
+    /// A container of the small image with `env`, through `runtime`, to its start.
+    fn started_case(&self, runtime: Runtime, env: &[&str]) -> Case {
+        Case::Started {
             runtime,
             rootfs: self.image.clone(),
             env: strings(env),

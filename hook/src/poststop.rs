@@ -43,12 +43,18 @@ struct State {
 
 /// Takes away what the prestart hook made for the container described on stdin.
 pub fn run() -> Result<(), PoststopError> {
+    let mut phases = nvc_host::phases::Phases::start("poststop");
     let (config, _) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc-hook");
     arm(&config)?;
+    phases.mark("config");
     let raw = libnvc::oci::state::read(std::io::stdin())?;
     let state: State = serde_json::from_slice(&raw).map_err(PoststopError::State)?;
-    undo(&config, &state.id, &state.bundle)
+    phases.mark("state");
+    undo(&config, &state.id, &state.bundle)?;
+    phases.mark("undo");
+    phases.log();
+    Ok(())
 }
 
 /// Takes away what was made for container `id` of `bundle` (the prestart hook's mode

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use libnvc::plan::{ConfigSource, Plan, PlanError, Stage, DEVICE_MOUNT_ARG};
 use nvc_config::Config;
 use nvc_host::files_cache::RunCache;
+use nvc_host::phases::Phases;
 use nvc_host::probe::RealHost;
 use nvc_host::setup::{self, Target};
 use nvc_host::trace::RecordDir;
@@ -82,9 +83,11 @@ fn handed_mounts(args: &[String]) -> Result<Vec<String>, String> {
 // The error is returned once, at the end of a one-shot process: its size costs nothing.
 #[allow(clippy::result_large_err)]
 pub fn run(args: &[String]) -> Result<(), HookError> {
+    let mut phases = Phases::start("prestart");
     let handed = handed_mounts(args).map_err(HookError::Argument)?;
     let (config, config_path) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc-hook");
+    phases.mark("config");
     // First, before anything the container controls is read: nothing may hold the start.
     let seconds = config.hook.timeout;
     nvc_host::deadline::arm(
@@ -106,6 +109,7 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
     if state.pid <= 0 {
         return Err(HookError::NoPid);
     }
+    phases.mark("state");
 
     let source = ConfigSource {
         path: &config_path,
@@ -124,6 +128,7 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         Some(&cache),
     )
     .map_err(PlanError::from)?;
+    phases.mark("plan");
     let Some(gpu) = &plan.gpu else {
         log::debug!("{}: no GPU requested", state.bundle.display());
         return Ok(());
@@ -153,6 +158,7 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         &plan.request,
         &gpu.driver,
     )?;
+    phases.mark("leases");
     // Held until the record is written: a container ending on the same rootfs waits,
     // then sees this one (nvc_host::trace).
     let _rootfs_lock = match nvc_host::trace::lock_rootfs(&config.hook.state_dir, &target.rootfs) {
@@ -182,6 +188,7 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
             None
         }
     };
+    phases.mark("record-open");
     let trace = match setup::set_up_noted(&gpu.driver, &gpu.edits, &target) {
         Ok((_, trace)) => trace,
         Err(e) => {
@@ -191,6 +198,7 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
             return Err(e.into());
         }
     };
+    phases.mark("set-up");
     if let Some(record) = record {
         if let Err(e) = record.save(&trace) {
             log::warn!(
@@ -199,6 +207,8 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
             );
         }
     }
+    phases.mark("record-save");
+    phases.log();
     Ok(())
 }
 

@@ -385,6 +385,7 @@ mod tests {
             proc_root: dir.path().join("proc"),
         };
         let driver = DriverFiles {
+            cuda_version: Some(13000),
             version: "999.88.77".into(),
             libraries: vec![Library {
                 capabilities: vec![Capability::Compute],

@@ -11,7 +11,7 @@
 //! - [`attach`]: GPUs added to and taken from a running container (`nvc attach`);
 //! - [`cgroup`] and [`devcgroup`]: the container's device cgroup (v1 file, v2 programs);
 //! - [`files`]: the one atomic file writer, [`logging`]: the log file, [`deadline`]: the
-//!   hook's alarm;
+//!   hook's alarm, [`phases`]: where a hook's time goes, in the debug log;
 //! - [`leases`]: which running container holds which GPU, shared or exclusively.
 //! - [`files_cache::RunCache`]: the driver's files as the last full discovery found
 //!   them, under `/run/nvc`, checked before each use.
@@ -30,6 +30,7 @@ pub mod files_cache;
 pub mod ldcache;
 pub mod leases;
 pub mod logging;
+pub mod phases;
 pub mod probe;
 pub mod proc_mask;
 pub mod setup;

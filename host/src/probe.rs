@@ -18,7 +18,9 @@ pub struct RealHost;
 impl HostProbe for RealHost {
     fn read(&self, path: &Path, limit: usize) -> io::Result<(Vec<u8>, bool)> {
         let file = File::open(path)?;
-        let mut data = Vec::new();
+        // Room for the usual file up front: procfs files report no size, and an empty
+        // buffer is grown from 32 bytes, one read(2) per doubling.
+        let mut data = Vec::with_capacity((limit + 1).min(16 * 1024));
         file.take(limit as u64 + 1).read_to_end(&mut data)?;
         let more = data.len() > limit;
         data.truncate(limit);

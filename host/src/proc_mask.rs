@@ -32,7 +32,17 @@ pub enum Masked {
 #[derive(Debug)]
 pub struct ProcMask {
     files: Vec<(String, Vec<u8>)>,
-    gpus: Vec<(String, DetachedMount)>,
+    gpus: GpuFolders,
+}
+
+/// The GPU folders a mask shows.
+#[derive(Debug)]
+enum GpuFolders {
+    /// Some of the host's GPUs: each folder a mount of its own.
+    Each(Vec<(String, DetachedMount)>),
+    /// Every GPU of the host (their bus ids): the host's whole `gpus` folder as one
+    /// mount, so that a container given all of 64 GPUs costs one mount, not 64.
+    All(Vec<String>, DetachedMount),
 }
 
 /// The mount attributes of everything the mask shows.
@@ -65,17 +75,27 @@ impl ProcMask {
             }
             files.push((name.to_string(), data));
         }
-        let mut gpus = Vec::new();
-        for bus in visible {
-            let dir = nvidia.join("gpus").join(bus);
-            gpus.push((bus.clone(), DetachedMount::bind(&dir, READ_ONLY)?));
-        }
+        let gpus_dir = nvidia.join("gpus");
+        let gpus = if !visible.is_empty() && is_every_gpu(&gpus_dir, visible) {
+            GpuFolders::All(visible.to_vec(), DetachedMount::bind(&gpus_dir, READ_ONLY)?)
+        } else {
+            let mut each = Vec::new();
+            for bus in visible {
+                let dir = gpus_dir.join(bus);
+                each.push((bus.clone(), DetachedMount::bind(&dir, READ_ONLY)?));
+            }
+            GpuFolders::Each(each)
+        };
         Ok(Some(ProcMask { files, gpus }))
     }
 
     /// The bus ids of the GPU folders the mask shows.
     pub fn gpus(&self) -> impl Iterator<Item = &str> {
-        self.gpus.iter().map(|(bus, _)| bus.as_str())
+        let buses: Vec<&str> = match &self.gpus {
+            GpuFolders::Each(each) => each.iter().map(|(bus, _)| bus.as_str()).collect(),
+            GpuFolders::All(buses, _) => buses.iter().map(String::as_str).collect(),
+        };
+        buses.into_iter()
     }
 
     /// Mounts the mask over the container's `/proc/driver/nvidia`, when it has one: on the
@@ -99,28 +119,58 @@ impl ProcMask {
             container::write_at(tmpfs.dir_fd(), name, data, 0o444)?;
         }
         let gpus_dir = container::mkdir_at(tmpfs.dir_fd(), "gpus", 0o555)?;
-        for (bus, _) in &self.gpus {
-            container::mkdir_at(gpus_dir.as_fd(), bus, 0o555)?;
+        if let GpuFolders::Each(each) = &self.gpus {
+            for (bus, _) in each {
+                container::mkdir_at(gpus_dir.as_fd(), bus, 0o555)?;
+            }
         }
         // Read-only before it is visible; the GPU folders are mounted onto its
         // (existing) directories afterwards, which a read-only file system allows.
         tmpfs.set_attrs(READ_ONLY)?;
         let point = proc.dir_mount_point(target, 0o555)?;
         proc.attach(tmpfs, &point, target)?;
-        if self.gpus.is_empty() {
+        if matches!(&self.gpus, GpuFolders::Each(each) if each.is_empty()) {
             return Ok(Masked::Yes);
         }
         // The GPU folders go onto the mask's own (private) tmpfs.
         let Some(mask) = proc.submount(target, Filesystem::Tmpfs)? else {
             return Ok(Masked::Yes);
         };
-        for (bus, src) in self.gpus {
-            let path = Path::new("/gpus").join(&bus);
-            let point = mask.dir_mount_point(&path, 0o555)?;
-            mask.attach(src, &point, &path)?;
+        match self.gpus {
+            GpuFolders::Each(each) => {
+                for (bus, src) in each {
+                    let path = Path::new("/gpus").join(&bus);
+                    let point = mask.dir_mount_point(&path, 0o555)?;
+                    mask.attach(src, &point, &path)?;
+                }
+            }
+            GpuFolders::All(_, src) => {
+                let path = Path::new("/gpus");
+                let point = mask.dir_mount_point(path, 0o555)?;
+                mask.attach(src, &point, path)?;
+            }
         }
         Ok(Masked::Yes)
     }
+}
+
+/// Whether `visible` names every folder in the host's `gpus` folder (trusted: the
+/// driver's own procfs), each once.
+fn is_every_gpu(gpus_dir: &Path, visible: &[String]) -> bool {
+    let Ok(entries) = std::fs::read_dir(gpus_dir) else {
+        return false;
+    };
+    let mut on_host: Vec<String> = Vec::new();
+    for entry in entries {
+        match entry.ok().and_then(|e| e.file_name().into_string().ok()) {
+            Some(name) => on_host.push(name),
+            None => return false,
+        }
+    }
+    let mut shown = visible.to_vec();
+    on_host.sort();
+    shown.sort();
+    on_host == shown
 }
 
 /// The driver's `params` with `ModifyDeviceFiles: 0`, every other line as it is.
@@ -256,6 +306,54 @@ mod tests {
             assert!(std::fs::read_to_string(nvidia.join("params"))
                 .unwrap()
                 .contains("ModifyDeviceFiles: 1"));
+        });
+    }
+
+    #[test]
+    fn every_gpu_shown_is_one_mount_of_the_hosts_gpus_folder() {
+        in_child("mounts a procfs and the mask", || {
+            let tmp = tempfile::tempdir().unwrap();
+            let nvidia = host_nvidia(&tmp.path().join("host"));
+            let rootfs = rootfs_with_procfs(tmp.path());
+            let every = [SHOWN.to_string(), HIDDEN.to_string()];
+            let mask = ProcMask::prepare(&nvidia, &every).unwrap().unwrap();
+            assert!(matches!(mask.gpus, GpuFolders::All(..)));
+            let mut listed: Vec<&str> = mask.gpus().collect();
+            listed.sort();
+            assert_eq!(listed, [HIDDEN, SHOWN]);
+            let root = ContainerRoot::open(&rootfs).unwrap();
+            assert_eq!(
+                mask.apply_at(&root, Path::new("/driver")).unwrap(),
+                Masked::Yes
+            );
+
+            let shown = rootfs.join("proc/driver");
+            assert_eq!(names(&shown.join("gpus")), [HIDDEN, SHOWN]);
+            let info = Path::new("gpus").join(HIDDEN).join("information");
+            assert_eq!(
+                std::fs::read(shown.join(&info)).unwrap(),
+                std::fs::read(nvidia.join(&info)).unwrap()
+            );
+            let err = std::fs::write(shown.join(&info), "x").unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+            assert_eq!(
+                std::fs::read_to_string(shown.join("params")).unwrap(),
+                "RmLogonRC: 1\nModifyDeviceFiles: 0\nDeviceFileMode: 438\n"
+            );
+            // One mount for the folder, none per GPU.
+            let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+            let points: Vec<&str> = mountinfo
+                .lines()
+                .filter_map(|l| l.split(' ').nth(4))
+                .filter(|p| p.contains("/proc/driver/gpus"))
+                .collect();
+            assert_eq!(points.len(), 1, "{points:?}");
+            assert!(points[0].ends_with("/proc/driver/gpus"), "{points:?}");
+
+            // A GPU named twice, or one the host lacks, is no "every GPU".
+            let twice = [SHOWN.to_string(), SHOWN.to_string()];
+            let mask = ProcMask::prepare(&nvidia, &twice).unwrap().unwrap();
+            assert!(matches!(mask.gpus, GpuFolders::Each(..)));
         });
     }
 

@@ -96,6 +96,7 @@ pub fn set_up_noted(
     planned: &ContainerEdits,
     target: &Target,
 ) -> Result<(ContainerEdits, Trace), SetupError> {
+    let mut phases = crate::phases::Phases::start("set up");
     if !target.running {
         container::refuse_host_root(&target.rootfs)?;
     }
@@ -110,6 +111,7 @@ pub fn set_up_noted(
             );
         }
     }
+    phases.mark("sources");
     let node_attrs = MountAttrs {
         readonly: false,
         nosuid: true,
@@ -159,6 +161,7 @@ pub fn set_up_noted(
         }
         _ => None,
     };
+    phases.mark("nodes");
     let proc_mask = ProcMask::prepare(&driver.roots.nvidia_proc(), &planned.visible_gpus)?;
     // A running container's old mask is unmounted through the host's procfs.
     let host_proc = match target.running {
@@ -166,6 +169,7 @@ pub fn set_up_noted(
         false => None,
     };
 
+    phases.mark("proc-mask-sources");
     // Phase 2, the container's mount namespace.
     container::enter_mount_namespace(target.pid)?;
     let mut root = match target.running {
@@ -186,6 +190,7 @@ pub fn set_up_noted(
         root.resolver()
     );
 
+    phases.mark("enter");
     let needed = edits
         .mounts
         .iter()
@@ -207,6 +212,7 @@ pub fn set_up_noted(
             }
         }
     }
+    phases.mark("runtime-tmpfs");
     let mut mounted_now = 0;
     for m in &edits.mounts {
         if skip.contains(&m.container_path) {
@@ -223,6 +229,7 @@ pub fn set_up_noted(
         };
         on.attach(src, &point, &path)?;
     }
+    phases.mark("mounts");
     for (node, src) in node_sources {
         let (on, path) = runtime_tmpfs.place(&root, &node.path);
         if target.running && crate::attach::node_present(on, &path, node.major, node.minor)? {
@@ -234,6 +241,7 @@ pub fn set_up_noted(
     if let Some(grant) = device_grant {
         grant.apply()?;
     }
+    phases.mark("device-nodes");
     if target.running && mounted_now == 0 {
         // The driver's files were all there: so are their links.
     } else if root.is_read_only() {
@@ -248,6 +256,7 @@ pub fn set_up_noted(
             root.symlink(&link.link, &link.target)?;
         }
     }
+    phases.mark("links");
     if let (Some(_), Some(host_proc)) = (&proc_mask, &host_proc) {
         crate::attach::unmask(&root, host_proc)?;
     }
@@ -256,6 +265,7 @@ pub fn set_up_noted(
         let masked = mask.apply(&root)?;
         debug!("/proc/driver/nvidia: {masked:?}");
     }
+    phases.mark("proc-mask");
     let mut ldcache = None;
     if target.update_ldcache
         && !edits.ldcache_dirs.is_empty()
@@ -263,6 +273,8 @@ pub fn set_up_noted(
     {
         ldcache = update_ldcache(&root, driver, &edits)?;
     }
+    phases.mark("ldcache");
+    phases.log();
     info!(
         "set up {}: {} mounts, {} device nodes, {} links",
         target.rootfs.display(),

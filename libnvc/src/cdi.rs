@@ -404,6 +404,8 @@ mod tests {
             mig_config: None,
             mig_monitor: None,
             imex_channels: Vec::new(),
+            known_cuda_version: None,
+            cacheable: false,
         }
     }
 

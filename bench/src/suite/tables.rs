@@ -17,7 +17,32 @@ use super::{
 };
 
 impl Suite<'_> {
-    /// 1. Whole containers through runc and through nvc.
+    /// 1. Containers to their start (`create` + `start`) through runc and through nvc.
+    pub(super) fn started(&self, found: &mut Findings) -> Result<Table, BenchError> {
+        found.started = self.alternate(
+            "container starts (create + start)",
+            &[
+                self.started_case(Runtime::Runc, NO_GPU),
+                self.started_case(self.nvc(), NO_GPU),
+                self.started_case(self.nvc(), UTILITY_COMPUTE),
+                self.started_case(self.nvc(), ALL_CAPS),
+            ],
+        )?;
+        let mut table = Table::new(
+            "Container start",
+            "`<runtime> --root S create --bundle B ID`, then `<runtime> --root S start ID`, \
+             of `/bin/true`, the two commands' times added: what an engine waits for until \
+             the container's first instruction (prestart hooks run in `create`). Each run \
+             from a fresh copy of the image; the container is deleted afterwards, untimed \
+             (runc runs the poststop hook then). Added: this median minus plain runc's. \
+             CPU: user + system time of the commands and what they reaped, median.",
+            &CONTAINER_COLUMNS,
+        );
+        added_rows(&mut table, &found.started);
+        Ok(table)
+    }
+
+    /// 1b. Whole containers, start to exit, through runc and through nvc.
     pub(super) fn containers(&self, found: &mut Findings) -> Result<Table, BenchError> {
         found.starts = self.alternate(
             "container starts",
@@ -28,44 +53,16 @@ impl Suite<'_> {
                 self.container(self.nvc(), ALL_CAPS),
             ],
         )?;
-        let starts = &found.starts;
-        let (runc, runc_cpu) = (median(&starts[0]), starts[0].cpu_median_ms());
         let mut table = Table::new(
             "Container start to exit",
             "`<runtime> --root S run --bundle B ID` of `/bin/true`, timed around the whole \
-             command, each run from a fresh copy of the image. Added: this median minus \
-             plain runc's. CPU: user + system time of the command and what it reaped (the \
-             container, the hook), median.",
-            &[
-                "configuration",
-                "median ms",
-                "min ms",
-                "max ms",
-                "added ms",
-                "CPU ms",
-                "added CPU ms",
-            ],
+             command (create, start, the container's exit, its poststop hooks, delete), \
+             each run from a fresh copy of the image. Added: this median minus plain \
+             runc's. CPU: user + system time of the command and what it reaped (the \
+             container, the hooks), median.",
+            &CONTAINER_COLUMNS,
         );
-        let names = [
-            "runc (no nvc)",
-            "nvc-runtime, no GPU asked for",
-            "nvc-runtime, all GPUs, utility,compute",
-            "nvc-runtime, all GPUs, all capabilities",
-        ];
-        for (i, (name, samples)) in names.iter().zip(starts).enumerate() {
-            let mut cells = summary_cells(name, samples);
-            let cpu = samples.cpu_median_ms();
-            if i == 0 {
-                cells.extend([String::new(), ms(cpu), String::new()]);
-            } else {
-                cells.extend([
-                    signed_ms(median(samples) - runc),
-                    ms(cpu),
-                    signed_ms(cpu - runc_cpu),
-                ]);
-            }
-            table.row(cells);
-        }
+        added_rows(&mut table, &found.starts);
         Ok(table)
     }
 
@@ -461,4 +458,41 @@ fn summary_cells(name: &str, samples: &Samples) -> Vec<String> {
         ms(s.min_ms),
         ms(s.max_ms),
     ]
+}
+
+/// The columns of the two container tables.
+const CONTAINER_COLUMNS: [&str; 7] = [
+    "configuration",
+    "median ms",
+    "min ms",
+    "max ms",
+    "added ms",
+    "CPU ms",
+    "added CPU ms",
+];
+
+/// One row per configuration of a container table (runc, no GPU, utility,compute, all
+/// capabilities), each but runc's with what it adds to runc's.
+fn added_rows(table: &mut Table, samples: &[Samples]) {
+    let (runc, runc_cpu) = (median(&samples[0]), samples[0].cpu_median_ms());
+    let names = [
+        "runc (no nvc)",
+        "nvc-runtime, no GPU asked for",
+        "nvc-runtime, all GPUs, utility,compute",
+        "nvc-runtime, all GPUs, all capabilities",
+    ];
+    for (i, (name, samples)) in names.iter().zip(samples).enumerate() {
+        let mut cells = summary_cells(name, samples);
+        let cpu = samples.cpu_median_ms();
+        if i == 0 {
+            cells.extend([String::new(), ms(cpu), String::new()]);
+        } else {
+            cells.extend([
+                signed_ms(median(samples) - runc),
+                ms(cpu),
+                signed_ms(cpu - runc_cpu),
+            ]);
+        }
+        table.row(cells);
+    }
 }

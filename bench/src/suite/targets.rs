@@ -18,10 +18,11 @@ const TARGET_PARALLEL: f64 = 1.2;
 
 /// 5. The targets of the issue, judged on the findings.
 pub(super) fn targets(found: &Findings) -> Table {
-    let (starts, parts) = (&found.starts, &found.parts);
+    let (starts, parts) = (&found.started, &found.parts);
     let (runc, runc_cpu) = (median(&starts[0]), starts[0].cpu_median_ms());
     let added_uc = median(&starts[2]) - runc;
     let added_none = median(&starts[1]) - runc;
+    let to_exit = |i: usize| median(&found.starts[i]) - median(&found.starts[0]);
     let shim_none = median(&parts[1]) - median(&parts[0]);
     let hook_alone = median(&parts[4]);
     let shim_rss = parts[1..4].iter().filter_map(Samples::peak_rss_kib).max();
@@ -30,7 +31,8 @@ pub(super) fn targets(found: &Findings) -> Table {
     let mut table = Table::new(
         "Targets",
         "From the tables above: met or not on the wall-clock medians, which the targets \
-         are about; the CPU figures say how much of it is work done, not waiting. Peak \
+         are about (added start: to the container's first instruction, `create` + \
+         `start`; the start-to-exit figure beside it includes the poststop hook); the CPU figures say how much of it is work done, not waiting. Peak \
          RSS as measured, the measuring process's own floor (the `/bin/true` row) \
          included.",
         &["target", "measured", "met"],
@@ -41,18 +43,20 @@ pub(super) fn targets(found: &Findings) -> Table {
             "added start, all GPUs, utility,compute, ld.so.cache updated ≤ {TARGET_ADDED_MS} ms"
         ),
         format!(
-            "{} ms (CPU {} ms)",
+            "{} ms (CPU {} ms; start to exit: {} ms)",
             signed_ms(added_uc),
-            signed_ms(starts[2].cpu_median_ms() - runc_cpu)
+            signed_ms(starts[2].cpu_median_ms() - runc_cpu),
+            signed_ms(to_exit(2))
         ),
         yes_no(added_uc <= TARGET_ADDED_MS),
     ]);
     table.row([
         format!("added start, no GPU asked for ≤ {TARGET_NO_GPU_MS} ms"),
         format!(
-            "{} ms (CPU {} ms; shim alone minus the floor: {} ms)",
+            "{} ms (CPU {} ms; start to exit: {} ms; shim alone minus the floor: {} ms)",
             signed_ms(added_none),
             signed_ms(starts[1].cpu_median_ms() - runc_cpu),
+            signed_ms(to_exit(1)),
             signed_ms(shim_none)
         ),
         yes_no(added_none <= TARGET_NO_GPU_MS),

@@ -212,6 +212,22 @@ impl ContainerRoot {
             return Err(self.read_only_err(OP, link));
         }
         let (dir, name) = self.parent_of(OP, link)?;
+        if self.existing(OP, link, &dir, &name)?.is_none() {
+            // Nothing there: the link is made in place (one system call, not a temporary
+            // name and a rename); something that appeared meanwhile is looked at again.
+            match rustix::fs::symlinkat(target, &dir, &name) {
+                Ok(()) => {
+                    self.note(Made::Link {
+                        path: self.shown(link),
+                        target: target.to_string(),
+                        previous: None,
+                    });
+                    return Ok(());
+                }
+                Err(Errno::EXIST) => {}
+                Err(e) => return Err(self.err(OP, link, e)),
+            }
+        }
         let mut previous = None;
         match self.existing(OP, link, &dir, &name)? {
             Some((fd, FileKind::Symlink)) => {

@@ -22,6 +22,12 @@ pub struct DriverFiles {
     pub firmware: Vec<HostFile>,
     /// As [`Driver::files`](super::Driver::files).
     pub files: Vec<HostFile>,
+    /// The CUDA driver API version libcuda reported (`cuDriverGetVersion`), once a
+    /// `cuda` requirement asked for it: loading libcuda to ask costs a container start
+    /// more than everything else the hook does. An entry is used only while libcuda's
+    /// file is unchanged, as every file it names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_version: Option<i32>,
 }
 
 /// Somewhere to keep [`DriverFiles`] between container starts.

@@ -84,6 +84,14 @@ pub struct Driver {
     pub mig_monitor: Option<DeviceNode>,
     /// IMEX channel nodes, by channel number.
     pub imex_channels: Vec<DeviceNode>,
+    /// What [`Driver::cuda_version`] answers without loading libcuda: the version an
+    /// earlier start had libcuda report, kept with the files in the [`FilesCache`].
+    #[serde(skip)]
+    pub known_cuda_version: Option<i32>,
+    /// Whether the files came from, or went to, a [`FilesCache`], which then keeps the
+    /// CUDA version too ([`Driver::files`]).
+    #[serde(skip)]
+    pub cacheable: bool,
 }
 
 /// One GPU.
@@ -337,6 +345,7 @@ pub fn discover_cached(
                 binaries: files::binaries(probe, &roots.root),
                 firmware: files::firmware(probe, &roots.root, &version),
                 files: files::config_files(probe, &roots.root, &version),
+                cuda_version: None,
             };
             if let (Some(c), true) = (files_cache, from_proc) {
                 c.store(roots, &found);
@@ -348,7 +357,10 @@ pub fn discover_cached(
             ..DriverFiles::default()
         },
     };
+    let cacheable = files_cache.is_some() && from_proc;
     Ok(Driver {
+        known_cuda_version: driver_files.cuda_version,
+        cacheable,
         libraries: driver_files.libraries,
         binaries: driver_files.binaries,
         firmware: driver_files.firmware,
@@ -396,6 +408,14 @@ impl Driver {
     /// The CUDA driver API version the host's libcuda reports. Loads libcuda into this
     /// process, so it is only asked when needed (a `cuda` requirement, `nvc info`).
     pub fn cuda_version(&self, probe: &dyn HostProbe) -> Result<Version, ProbeError> {
+        if let Some(known) = self.known_cuda_version {
+            return Ok(Version::from_cuda_int(known));
+        }
+        self.load_cuda_version(probe).map(Version::from_cuda_int)
+    }
+
+    /// What libcuda's `cuDriverGetVersion` reports, asked of the library itself.
+    pub fn load_cuda_version(&self, probe: &dyn HostProbe) -> Result<i32, ProbeError> {
         let lib = self
             .library("libcuda")
             .map(|l| l.host_path.clone())
@@ -404,6 +424,18 @@ impl Driver {
                     .root
                     .join("usr/lib/x86_64-linux-gnu/libcuda.so.1")
             });
-        probe.cuda_driver_version(&lib).map(Version::from_cuda_int)
+        probe.cuda_driver_version(&lib)
+    }
+
+    /// The part a [`FilesCache`] keeps, with `cuda_version`.
+    pub fn files(&self, cuda_version: Option<i32>) -> DriverFiles {
+        DriverFiles {
+            version: self.version.clone(),
+            libraries: self.libraries.clone(),
+            binaries: self.binaries.clone(),
+            firmware: self.firmware.clone(),
+            files: self.files.clone(),
+            cuda_version,
+        }
     }
 }

@@ -15,6 +15,7 @@ pub struct HostFacts<'a> {
     driver: &'a Driver,
     probe: &'a dyn HostProbe,
     gpus: Vec<&'a Gpu>,
+    loaded_cuda: std::cell::Cell<Option<i32>>,
 }
 
 impl<'a> HostFacts<'a> {
@@ -24,15 +25,28 @@ impl<'a> HostFacts<'a> {
             driver,
             probe,
             gpus: selected.all_gpus(),
+            loaded_cuda: std::cell::Cell::new(None),
         }
+    }
+
+    /// The CUDA version libcuda reported when a constraint asked for it and the driver
+    /// did not know it ([`Driver::known_cuda_version`]): worth keeping.
+    pub fn loaded_cuda_version(&self) -> Option<i32> {
+        self.loaded_cuda.get()
     }
 }
 
 impl Facts for HostFacts<'_> {
     fn cuda_version(&self) -> Result<Version, FactError> {
-        self.driver
-            .cuda_version(self.probe)
-            .map_err(|e| FactError::new(Fact::CudaVersion, e))
+        if let Some(known) = self.driver.known_cuda_version {
+            return Ok(Version::from_cuda_int(known));
+        }
+        let loaded = self
+            .driver
+            .load_cuda_version(self.probe)
+            .map_err(|e| FactError::new(Fact::CudaVersion, e))?;
+        self.loaded_cuda.set(Some(loaded));
+        Ok(Version::from_cuda_int(loaded))
     }
 
     fn driver_version(&self) -> Result<Version, FactError> {
@@ -86,23 +100,24 @@ pub fn check_requirements(
         return Ok(());
     }
     let selected = select(driver, &request.devices, "NVIDIA_VISIBLE_DEVICES")?;
-    Ok(check_selected(driver, probe, request, &selected)?)
+    check_selected(driver, probe, request, &selected)?;
+    Ok(())
 }
 
-/// [`check_requirements`] for GPUs already [`select`](fn@select)ed.
+/// [`check_requirements`] for GPUs already [`select`](fn@select)ed. `Ok` holds the CUDA
+/// version libcuda was loaded to report ([`HostFacts::loaded_cuda_version`]), if it was.
 pub fn check_selected(
     driver: &Driver,
     probe: &dyn HostProbe,
     request: &Request,
     selected: &Selected<'_>,
-) -> Result<(), require::Unmet> {
+) -> Result<Option<i32>, require::Unmet> {
     if !request.check_requirements || request.requirements.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
-    require::check(
-        &request.requirements,
-        &HostFacts::new(driver, probe, selected),
-    )
+    let facts = HostFacts::new(driver, probe, selected);
+    require::check(&request.requirements, &facts)?;
+    Ok(facts.loaded_cuda_version())
 }
 
 /// A failed requirement check.

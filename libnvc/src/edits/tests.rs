@@ -44,6 +44,8 @@ fn driver() -> Driver {
         mig_config: None,
         mig_monitor: None,
         imex_channels: Vec::new(),
+        known_cuda_version: None,
+        cacheable: false,
     }
 }
 

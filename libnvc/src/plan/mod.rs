@@ -449,7 +449,11 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
     let requirements_checked =
         stage != Stage::Runtime && request.check_requirements && !request.requirements.is_empty();
     if requirements_checked {
-        edits::check_selected(&driver, probe, &request, &selected)?;
+        let loaded = edits::check_selected(&driver, probe, &request, &selected)?;
+        // The next start answers `cuda` constraints without loading libcuda.
+        if let (Some(cache), Some(version), true) = (cache, loaded, driver.cacheable) {
+            cache.store(&driver.roots, &driver.files(Some(version)));
+        }
     }
     Ok(Plan {
         spec_path,

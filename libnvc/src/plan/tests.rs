@@ -334,3 +334,59 @@ fn device_mounts_are_handed_from_the_runtime_to_the_hook() {
         .gpu
         .is_none());
 }
+
+/// A files cache in memory.
+#[derive(Default)]
+struct Kept(std::cell::RefCell<Option<crate::discover::DriverFiles>>);
+
+impl FilesCache for Kept {
+    fn load(&self, _: &DriverRoots, _: &str) -> Option<crate::discover::DriverFiles> {
+        self.0.borrow().clone()
+    }
+    fn store(&self, _: &DriverRoots, files: &crate::discover::DriverFiles) {
+        *self.0.borrow_mut() = Some(files.clone());
+    }
+}
+
+#[test]
+fn a_cuda_requirement_loads_libcuda_once_per_driver() {
+    let host = Host::new();
+    let kept = Kept::default();
+    let source = ConfigSource {
+        path: Path::new("/etc/nvc/config.toml"),
+        from_env: false,
+    };
+    let plan = |probe: &TreeProbe| {
+        Plan::for_bundle_cached(
+            &host.bundle(),
+            &host.config,
+            &source,
+            probe,
+            Stage::Hook,
+            &[],
+            Some(&kept),
+        )
+    };
+    host.spec(&["NVIDIA_VISIBLE_DEVICES=all"]);
+    plan(&host.probe()).unwrap();
+    assert_eq!(kept.0.borrow().as_ref().unwrap().cuda_version, None);
+    // The first start with a `cuda` constraint asks libcuda; the answer is kept with the
+    // driver's files.
+    host.spec(&[
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_REQUIRE_CUDA=cuda>=12.0",
+    ]);
+    plan(&host.probe().with_cuda_version(12040)).unwrap();
+    assert_eq!(kept.0.borrow().as_ref().unwrap().cuda_version, Some(12040));
+    // The next ones are answered from it: this probe's libcuda cannot be loaded at all.
+    let gpu = plan(&host.probe()).unwrap().gpu.unwrap();
+    assert_eq!(gpu.driver.known_cuda_version, Some(12040));
+    host.spec(&[
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_REQUIRE_CUDA=cuda>=13.0",
+    ]);
+    let err = crate::report::error_chain(&plan(&host.probe()).unwrap_err().error);
+    assert!(err.contains("cuda>=13.0") && err.contains("12.4"), "{err}");
+    // Without a cache, libcuda is asked every time.
+    assert!(host.plan(&host.probe(), Stage::Hook).is_err());
+}
