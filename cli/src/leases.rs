@@ -43,7 +43,7 @@ pub fn rows(listed: &[Listed]) -> Vec<Vec<String>> {
                 "-".into(),
                 "-".into(),
                 "-".into(),
-                format!("garbage ({reason}), replaced when next taken"),
+                format!("garbage ({reason}), removed when a GPU is next taken"),
             ],
         });
     }

@@ -1,7 +1,8 @@
 //! `nvc-hook poststop`: when the container has ended, takes away what the prestart hook
 //! made in its rootfs and puts the image's ld.so.cache back (`nvc_host::trace`), from the
-//! record the prestart hook kept. Runs in the runtime's (the host's) mount namespace,
-//! where the rootfs is still mounted; nothing of the container is running.
+//! record the prestart hook kept, and ends its GPU leases (`nvc_host::leases::end`).
+//! Runs in the runtime's (the host's) mount namespace, where the rootfs is still mounted;
+//! nothing of the container is running.
 
 use std::path::PathBuf;
 
@@ -59,8 +60,29 @@ pub fn run() -> Result<(), PoststopError> {
 
 /// Takes away what was made for container `id` of `bundle` (the prestart hook's mode
 /// when a runtime calls it at `poststop` with the same arguments, as a hooks.d file
-/// listing both stages does).
+/// listing both stages does), then ends its GPU leases whatever came of that.
 pub fn undo(config: &Config, id: &str, bundle: &std::path::Path) -> Result<(), PoststopError> {
+    let undone = undo_rootfs(config, id, bundle);
+    end_leases(config, id);
+    undone
+}
+
+/// Removes the lease file of container `id`. A failure is only logged: the lease is
+/// stale anyway now that the container's process has ended, and the next start removes
+/// it.
+fn end_leases(config: &Config, id: &str) {
+    match nvc_host::leases::end(&config.leases.dir, id) {
+        Ok(true) => log::debug!("the GPU leases of container {id} ended with it"),
+        Ok(false) => {}
+        Err(e) => log::warn!(
+            "the GPU leases of container {id} stay until the next GPU container starts: {}",
+            libnvc::report::error_chain(&e)
+        ),
+    }
+}
+
+/// Takes away what the prestart hook made in the rootfs of container `id`.
+fn undo_rootfs(config: &Config, id: &str, bundle: &std::path::Path) -> Result<(), PoststopError> {
     let spec_path = bundle.join("config.json");
     let spec = spec::read_spec(&RealHost, &spec_path)?;
     let view = spec::view(&spec, bundle)?;

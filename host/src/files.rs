@@ -1,6 +1,7 @@
 //! Writing files on the host so that no reader ever sees half of one: the one atomic
 //! writer ([`write_atomic`], and [`symlink_atomic`] for links), the one temporary-file
-//! name, and the one sweep of what killed writers left ([`remove_stale_temp_files`]);
+//! name, and the one sweep of what killed writers left ([`remove_stale_temp_files`],
+//! or entry by entry of a listing the caller makes: [`remove_if_stale_temp_file`]);
 //! plus the small reads and removals around them ([`read_optional`], [`remove`]).
 //!
 //! Every temporary file is `.<name>.<pid>-<start>.<random>.nvc-tmp` beside the file
@@ -258,21 +259,44 @@ fn remove_stale_with(
             continue;
         }
         let temp = entry.path();
-        match fs::remove_file(&temp) {
-            Ok(()) => {
-                log::info!(
-                    "removed {}, left by a writer (pid {}) that was killed",
-                    temp.display(),
-                    writer.pid
-                );
-                removed.push(temp);
-            }
-            // Another sweep removed it first.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_error("remove the stale temporary file", &temp)(e)),
+        if remove_stale(&temp, writer)? {
+            removed.push(temp);
         }
     }
     Ok(removed)
+}
+
+/// Removes `dir/file_name` when it is a temporary file (for any file in `dir`) that a
+/// killed writer left, and logs it; returns whether it did. For a caller that lists
+/// `dir` anyway and sweeps as it goes, where [`remove_stale_temp_files`] would list the
+/// folder once more for each file. Does nothing when `/proc` cannot tell which processes
+/// run.
+pub fn remove_if_stale_temp_file(dir: &Path, file_name: &OsStr) -> Result<bool, FileError> {
+    let Some((_, writer)) = parse_temp_name(file_name) else {
+        return Ok(false);
+    };
+    if Writer::current().is_none() || writer.is_alive() {
+        return Ok(false);
+    }
+    remove_stale(&dir.join(file_name), writer)
+}
+
+/// Removes the temporary file `temp` of the killed `writer`, logs it, and returns whether
+/// it was there.
+fn remove_stale(temp: &Path, writer: Writer) -> Result<bool, FileError> {
+    match fs::remove_file(temp) {
+        Ok(()) => {
+            log::info!(
+                "removed {}, left by a writer (pid {}) that was killed",
+                temp.display(),
+                writer.pid
+            );
+            Ok(true)
+        }
+        // Another sweep removed it first.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_error("remove the stale temporary file", temp)(e)),
+    }
 }
 
 /// The file a write of `path` replaces.
@@ -377,21 +401,30 @@ fn stat_start_time(stat: &str) -> Option<u64> {
 
 /// The writer named in `file_name` if it is a temporary file for the file `name`.
 fn temp_writer(file_name: &OsStr, name: &OsStr) -> Option<Writer> {
-    let file_name = file_name.to_str()?;
+    let (of, writer) = parse_temp_name(file_name)?;
+    (of == name.to_str()?).then_some(writer)
+}
+
+/// The file a temporary file `.<name>.<pid>-<start>.<random>.nvc-tmp` is for, and its
+/// writer; `None` for any other name. `<name>` may hold dots; the other parts do not.
+fn parse_temp_name(file_name: &OsStr) -> Option<(&str, Writer)> {
     let rest = file_name
-        .strip_prefix('.')?
-        .strip_prefix(name.to_str()?)?
+        .to_str()?
         .strip_prefix('.')?
         .strip_suffix(TEMP_SUFFIX)?;
-    let (writer, random) = rest.split_once('.')?;
-    if random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
+    let (rest, random) = rest.rsplit_once('.')?;
+    let (name, writer) = rest.rsplit_once('.')?;
+    if name.is_empty() || random.len() != 16 || !random.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let (pid, start) = writer.split_once('-')?;
-    Some(Writer {
-        pid: pid.parse().ok()?,
-        start: start.parse().ok()?,
-    })
+    Some((
+        name,
+        Writer {
+            pid: pid.parse().ok()?,
+            start: start.parse().ok()?,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -835,6 +868,32 @@ mod tests {
             remove_stale_temp_files(&missing, Symlink::Replace).unwrap(),
             Vec::<PathBuf>::new()
         );
+    }
+
+    #[test]
+    fn one_entry_of_a_listing_is_swept_whatever_file_it_was_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Writer::current().unwrap();
+        let files = [
+            ".a.lease.99999999-1.0123456789abcdef.nvc-tmp".to_string(),
+            ".GPU-1.99999999-1.0123456789abcdef.nvc-tmp".to_string(),
+            format!(".b.lease.{}-{}.0123456789abcdef.nvc-tmp", me.pid, me.start),
+            ".c.lease.99999999-unknown.0123456789abcdef.nvc-tmp".to_string(),
+            "a.lease".to_string(),
+        ];
+        for f in &files {
+            fs::write(dir.path().join(f), "{").unwrap();
+        }
+        let swept: Vec<bool> = files
+            .iter()
+            .map(|f| remove_if_stale_temp_file(dir.path(), OsStr::new(f)).unwrap())
+            .collect();
+        assert_eq!(swept, [true, true, false, false, false]);
+        let mut left = files[2..].to_vec();
+        left.sort();
+        assert_eq!(names(dir.path()), left);
+        // Gone meanwhile (another sweep): nothing to do.
+        assert!(!remove_if_stale_temp_file(dir.path(), OsStr::new(&files[0])).unwrap());
     }
 
     #[test]

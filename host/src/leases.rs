@@ -1,18 +1,20 @@
-//! GPU leases on the host: the prestart hook records, for every GPU a container gets,
-//! that the container holds it (shared, or exclusively), and refuses a container that
-//! asks for a GPU another running container holds exclusively, or asks exclusively for
-//! one another running container uses. `libnvc::lease` decides; this module does the
-//! files.
+//! GPU leases on the host: the prestart hook records that a container holds its GPUs
+//! (shared, or exclusively), and refuses a container that asks for a GPU another running
+//! container holds exclusively, or asks exclusively for one another running container
+//! uses. `libnvc::lease` decides; this module does the files.
 //!
 //! The lease folder (`[leases] dir`, `/run/nvc/leases`: a tmpfs, so a reboot ends every
-//! lease) holds one file per GPU UUID, replaced whole ([`crate::files::write_atomic`]),
-//! and `.lock`, which [`take`] holds (`flock`) around the whole check-and-take, so that
-//! of concurrent starts asking for one GPU exactly one wins. A lease ends with its
-//! container: a holder is live only while a process with its pid and start time runs,
-//! and is dropped as stale the next time the file is read. Nothing the container
+//! lease) holds one file per container that holds GPUs (`<container id>.lease`, written
+//! whole with [`crate::files::write_atomic`], listing its GPUs), and `.lock`, which
+//! [`take`] holds (`flock`) around the whole check-and-take, so that of concurrent starts
+//! asking for one GPU exactly one wins. A start lists the folder once and writes one
+//! file, however many GPUs it asks for. A lease ends with its container: the poststop
+//! hook removes its file ([`end`]), and where no poststop hook runs (a killed runtime,
+//! Docker's `--gpus`), a holder is live only while a process with its pid and start time
+//! runs, and its file is removed as stale at the next start. Nothing the container
 //! controls is read: the files are root's, and still opened without following links; a
-//! file that is no lease file is logged and replaced. The hook's deadline bounds the wait
-//! for the lock.
+//! lease file that is garbage, and the per-GPU files of format version 1, are logged and
+//! removed. The hook's deadline bounds the wait for the lock.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read};
@@ -22,10 +24,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use libnvc::discover::Driver;
 use libnvc::edits::{self, EditsError};
-use libnvc::lease::{self, Conflict, GpuRef, Holder, LeaseFile, Liveness, ProcStat};
+use libnvc::lease::{self, Conflict, Entry, GpuRef, Holder, LeaseFile, Liveness, ProcStat};
 use libnvc::request::{Request, VISIBLE_DEVICES};
 
-use crate::files::{self, FileError, Symlink, WriteOptions};
+use crate::files::{self, FileError, WriteOptions};
 
 /// Why GPU leases could not be checked or taken.
 #[derive(Debug, thiserror::Error)]
@@ -62,8 +64,8 @@ pub enum LeaseError {
     /// The lease folder is a link or not a folder.
     #[error("the GPU lease folder {0} is a symlink or not a folder: remove it, or set [leases] dir in the nvc config")]
     NotAFolder(PathBuf),
-    /// A GPU UUID that cannot name a file.
-    #[error("GPU {index} has the UUID {uuid:?}, which cannot name a lease file")]
+    /// A GPU UUID that cannot be recorded.
+    #[error("GPU {index} has the UUID {uuid:?}, which cannot be recorded in a GPU lease")]
     BadUuid {
         /// The GPU's index.
         index: u32,
@@ -76,6 +78,12 @@ pub enum LeaseError {
          _ + - . and at most 1024 bytes)"
     )]
     BadContainerId(String),
+    /// More GPUs than a lease file holds.
+    #[error(
+        "the container asks for {0} GPUs; a GPU lease holds at most {max}: ask for fewer",
+        max = lease::MAX_GPUS
+    )]
+    TooManyGpus(usize),
     /// The container's process is not in `/proc`.
     #[error("cannot read the start time of the container's process {pid} in /proc/{pid}/stat")]
     NoProcess {
@@ -95,7 +103,6 @@ pub enum LeaseError {
 pub struct Taken {
     dir: PathBuf,
     me: Holder,
-    gpus: Vec<String>,
 }
 
 /// Checks and takes the leases of the GPUs `request` selects on `driver` for container
@@ -132,6 +139,9 @@ pub fn take(
             uuid: g.uuid.to_string(),
         });
     }
+    if gpus.len() > lease::MAX_GPUS {
+        return Err(LeaseError::TooManyGpus(gpus.len()));
+    }
     let start_time = process(pid)
         .map(|s| s.start_time)
         .ok_or(LeaseError::NoProcess { pid })?;
@@ -145,10 +155,15 @@ pub fn take(
             .unwrap_or_default(),
         exclusive: request.exclusive,
     };
+    take_for(dir, me, &gpus)
+}
+
+/// [`take`] once the holder `me` and its GPUs are known.
+fn take_for(dir: &Path, me: Holder, gpus: &[GpuRef]) -> Result<Option<Taken>, LeaseError> {
     let _lock = match lock(dir) {
         Ok(lock) => lock,
         Err(source) if not_permitted(&source) => {
-            if let Some(by) = request.exclusive {
+            if let Some(by) = me.exclusive {
                 return Err(LeaseError::Unwritable {
                     path: dir.to_path_buf(),
                     asked: by.name(),
@@ -163,25 +178,95 @@ pub fn take(
         }
         Err(source) => return lock_error(dir, source),
     };
-    let mut updated = Vec::new();
-    for gpu in &gpus {
-        let path = dir.join(gpu.uuid);
-        let existing = read_lease(&path, gpu.uuid)?;
-        updated.push((path, lease::claim(existing, *gpu, &me, is_live)?));
-    }
-    for (path, file) in &updated {
-        write_lease(path, file)?;
-    }
+    let others = live_holders(dir, &me)?;
+    let file = lease::claim(&me, gpus, &others)?;
+    write_lease(&dir.join(lease::file_name(&me.container)), &file)?;
     log::debug!(
-        "container {container} holds GPUs {} ({})",
+        "container {} holds GPUs {} ({})",
+        me.container,
         gpus.iter().map(|g| g.uuid).collect::<Vec<_>>().join(", "),
         me.exclusive.map_or("shared", |_| "exclusively")
     );
     Ok(Some(Taken {
         dir: dir.to_path_buf(),
         me,
-        gpus: gpus.iter().map(|g| g.uuid.to_string()).collect(),
     }))
+}
+
+/// The lease files of the holders in `dir` that still run, other than `me`; in the same
+/// one listing of the folder, removes what killed writers left, the files of holders
+/// that ended, earlier records of `me`, garbage, and version 1's per-GPU files. Called
+/// with the lock held.
+fn live_holders(dir: &Path, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
+    let list_error = |source| LeaseError::Io {
+        op: "list",
+        path: dir.to_path_buf(),
+        source,
+    };
+    let own = lease::file_name(&me.container);
+    let mut live = Vec::new();
+    for entry in fs::read_dir(dir).map_err(list_error)? {
+        let entry = entry.map_err(list_error)?;
+        let name = entry.file_name();
+        // A writer killed before its rename left a temporary file.
+        if files::remove_if_stale_temp_file(dir, &name)? {
+            continue;
+        }
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let path = dir.join(name);
+        match lease::entry(name) {
+            Entry::Lock | Entry::Other => {}
+            Entry::Earlier => {
+                log::info!(
+                    "removing {}: a GPU lease file of an earlier nvc (one file per GPU)",
+                    path.display()
+                );
+                remove_garbage(&path)?;
+            }
+            // Replaced by this start's file, whatever it holds; only a folder would stop
+            // the rename over it.
+            Entry::Lease(_) if name == own => {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    log::warn!("replacing {}: a folder, not a lease file", path.display());
+                    fs::remove_dir(&path).map_err(|source| LeaseError::Io {
+                        op: "remove the folder in place of a lease file",
+                        path: path.clone(),
+                        source,
+                    })?;
+                }
+            }
+            Entry::Lease(id) => match read_lease(&path, id) {
+                Found::Missing => {}
+                Found::Garbage(reason) => {
+                    log::warn!("removing {}: {reason}", path.display());
+                    remove_garbage(&path)?;
+                }
+                Found::Lease(file) if lease::supersedes(me, &file.holder) => {
+                    log::debug!(
+                        "removing {}: an earlier record of this container's process",
+                        path.display()
+                    );
+                    files::remove(&path)?;
+                }
+                Found::Lease(file) => {
+                    let liveness = lease::liveness(&file.holder, process(file.holder.pid));
+                    if liveness.is_live() {
+                        live.push(file);
+                    } else {
+                        log::info!(
+                            "removing the GPU lease of container {}: {}",
+                            file.holder.container,
+                            liveness.name()
+                        );
+                        files::remove(&path)?;
+                    }
+                }
+            },
+        }
+    }
+    Ok(live)
 }
 
 impl Taken {
@@ -190,16 +275,10 @@ impl Taken {
     pub fn release(self) {
         let result = (|| -> Result<(), LeaseError> {
             let _lock = lock(&self.dir).or_else(|e| lock_error(&self.dir, e))?;
-            for uuid in &self.gpus {
-                let path = self.dir.join(uuid);
-                let Some(file) = read_lease(&path, uuid)? else {
-                    continue;
-                };
-                match lease::release(file, &self.me) {
-                    Some(rest) => write_lease(&path, &rest)?,
-                    None => {
-                        files::remove(&path)?;
-                    }
+            let path = self.dir.join(lease::file_name(&self.me.container));
+            if let Found::Lease(file) = read_lease(&path, &self.me.container) {
+                if lease::is_own(&file, &self.me) {
+                    files::remove(&path)?;
                 }
             }
             Ok(())
@@ -211,6 +290,57 @@ impl Taken {
                 libnvc::report::error_chain(&e)
             );
         }
+    }
+}
+
+/// Ends the leases of container `container`, which has ended (the poststop hook): removes
+/// its lease file. Kept when its holder still runs: another container with the same id
+/// (under another runtime's state folder) took GPUs since. Returns whether a file was
+/// removed; none there (a container without GPUs, a rootless runtime) is nothing to do.
+pub fn end(dir: &Path, container: &str) -> Result<bool, LeaseError> {
+    if !lease::valid_container_id(container) {
+        return Ok(false);
+    }
+    let path = dir.join(lease::file_name(container));
+    // Without the lock first: most containers that end hold no GPU.
+    match fs::symlink_metadata(&path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(source) => {
+            return Err(LeaseError::Io {
+                op: "look at",
+                path,
+                source,
+            })
+        }
+    }
+    let _lock = match lock(dir) {
+        Ok(lock) => lock,
+        Err(source) if not_permitted(&source) => {
+            log::debug!(
+                "GPU lease of container {container} left: {} is not writable here ({source})",
+                dir.display()
+            );
+            return Ok(false);
+        }
+        Err(source) => return lock_error(dir, source),
+    };
+    match read_lease(&path, container) {
+        Found::Missing => Ok(false),
+        Found::Garbage(reason) => {
+            log::warn!("removing {}: {reason}", path.display());
+            remove_garbage(&path)?;
+            Ok(true)
+        }
+        Found::Lease(file) if is_live(&file.holder) => {
+            log::info!(
+                "GPU lease of container {container} kept: its holder (pid {}) still runs, a \
+                 container with the same id started since",
+                file.holder.pid
+            );
+            Ok(false)
+        }
+        Found::Lease(_) => Ok(files::remove(&path)?),
     }
 }
 
@@ -228,7 +358,7 @@ pub enum Listed {
         /// Whether it still runs.
         liveness: Liveness,
     },
-    /// A file that is no lease file (it is replaced when its GPU is next taken).
+    /// A file that is no lease file (it is removed when a GPU is next taken).
     Garbage {
         /// The file.
         path: PathBuf,
@@ -237,8 +367,9 @@ pub enum Listed {
     },
 }
 
-/// Every lease in `dir`, stale ones included, in file name order; a missing folder has
-/// none. Reads without the lock: files are replaced whole.
+/// Every lease in `dir`, stale ones included: a line per GPU a holder holds, by GPU UUID
+/// and then in the order they were taken, then the garbage by file name; a missing
+/// folder has none. Reads without the lock: files are replaced whole.
 pub fn list(dir: &Path) -> Result<Vec<Listed>, LeaseError> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -251,36 +382,46 @@ pub fn list(dir: &Path) -> Result<Vec<Listed>, LeaseError> {
             })
         }
     };
-    let mut names: Vec<String> = entries
+    let names: Vec<String> = entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| !n.starts_with('.'))
         .collect();
-    names.sort();
-    let mut out = Vec::new();
-    for name in names {
-        let path = dir.join(&name);
-        let bytes = match read_bounded(&path) {
-            Ok(Some(b)) => b,
-            Ok(None) => continue,
-            Err(reason) => {
-                out.push(Listed::Garbage { path, reason });
-                continue;
-            }
-        };
-        match lease::parse(&bytes, &name) {
-            Ok(file) => out.extend(file.holders.into_iter().map(|holder| Listed::Holder {
-                index: file.index,
-                gpu: file.gpu.clone(),
-                liveness: lease::liveness(&holder, process(holder.pid)),
-                holder,
-            })),
-            Err(e) => out.push(Listed::Garbage {
+    let mut held = Vec::new();
+    let mut garbage = Vec::new();
+    for name in &names {
+        let path = dir.join(name);
+        match lease::entry(name) {
+            Entry::Lock | Entry::Other => {}
+            Entry::Earlier => garbage.push(Listed::Garbage {
                 path,
-                reason: libnvc::report::error_chain(&e),
+                reason: "a lease file of an earlier nvc, one file per GPU".into(),
             }),
+            Entry::Lease(id) => match read_lease(&path, id) {
+                Found::Missing => {}
+                Found::Garbage(reason) => garbage.push(Listed::Garbage { path, reason }),
+                Found::Lease(file) => {
+                    let liveness = lease::liveness(&file.holder, process(file.holder.pid));
+                    held.extend(file.gpus.into_iter().map(|g| Listed::Holder {
+                        index: g.index,
+                        gpu: g.uuid,
+                        holder: file.holder.clone(),
+                        liveness,
+                    }));
+                }
+            },
         }
     }
-    Ok(out)
+    held.sort_by(|a, b| list_order(a).cmp(&list_order(b)));
+    garbage.sort_by(|a, b| list_order(a).cmp(&list_order(b)));
+    held.extend(garbage);
+    Ok(held)
+}
+
+/// Where a line goes in [`list`].
+fn list_order(l: &Listed) -> (&str, u64, &str) {
+    match l {
+        Listed::Holder { gpu, holder, .. } => (gpu, holder.since, &holder.container),
+        Listed::Garbage { path, .. } => (path.to_str().unwrap_or_default(), 0, ""),
+    }
 }
 
 fn is_live(holder: &Holder) -> bool {
@@ -340,37 +481,39 @@ fn lock(dir: &Path) -> io::Result<File> {
     }
 }
 
-/// The lease file at `path` for GPU `uuid`; `None` when there is none, or it is garbage
-/// (logged, and left to be replaced).
-fn read_lease(path: &Path, uuid: &str) -> Result<Option<LeaseFile>, LeaseError> {
-    // A writer killed before its rename left a temporary file.
-    files::remove_stale_temp_files(path, Symlink::Replace)?;
+/// What a lease file's path holds.
+enum Found {
+    /// Nothing.
+    Missing,
+    /// Something that is no lease file, and why.
+    Garbage(String),
+    /// The lease file.
+    Lease(LeaseFile),
+}
+
+/// The lease file at `path` of container `container`.
+fn read_lease(path: &Path, container: &str) -> Found {
     match read_bounded(path) {
-        Ok(None) => Ok(None),
-        Ok(Some(bytes)) => match lease::parse(&bytes, uuid) {
-            Ok(file) => Ok(Some(file)),
-            Err(e) => {
-                log::warn!(
-                    "replacing {}: {}",
-                    path.display(),
-                    libnvc::report::error_chain(&e)
-                );
-                Ok(None)
-            }
+        Ok(None) => Found::Missing,
+        Ok(Some(bytes)) => match lease::parse(&bytes, container) {
+            Ok(file) => Found::Lease(file),
+            Err(e) => Found::Garbage(libnvc::report::error_chain(&e)),
         },
-        Err(reason) => {
-            log::warn!("replacing {}: {reason}", path.display());
-            // A folder would stop the rename over it; an empty one goes, else say so.
-            if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-                fs::remove_dir(path).map_err(|source| LeaseError::Io {
-                    op: "remove the folder in place of a lease file",
-                    path: path.to_path_buf(),
-                    source,
-                })?;
-            }
-            Ok(None)
-        }
+        Err(reason) => Found::Garbage(reason),
     }
+}
+
+/// Removes what is at `path` in the lease folder, never following a link; a folder only
+/// when it is empty (else it stays, logged: it blocks nothing).
+fn remove_garbage(path: &Path) -> Result<(), LeaseError> {
+    if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        if let Err(e) = fs::remove_dir(path) {
+            log::warn!("cannot remove the folder {}: {e}", path.display());
+        }
+        return Ok(());
+    }
+    files::remove(path)?;
+    Ok(())
 }
 
 /// The bytes of the regular file at `path`, at most [`lease::MAX_LEASE_BYTES`];
@@ -403,7 +546,9 @@ fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, String> {
         };
         return Err(format!("{kind}, not a lease file"));
     }
-    let mut bytes = Vec::new();
+    // Room for the whole file and one byte more: one read, then one that finds the end.
+    let room = meta.len().min(lease::MAX_LEASE_BYTES) + 1;
+    let mut bytes = Vec::with_capacity(usize::try_from(room).unwrap_or_default());
     file.take(lease::MAX_LEASE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read it: {e}"))?;
@@ -428,3 +573,6 @@ fn write_lease(path: &Path, file: &LeaseFile) -> Result<(), LeaseError> {
     files::write_atomic(path, &lease::render(file), &options)?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

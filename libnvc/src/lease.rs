@@ -1,43 +1,48 @@
 //! GPU leases, the pure part: which running container holds which GPU, shared or
 //! exclusively, and whether a new container may take it.
 //!
-//! A lease file is named after its GPU's UUID and holds JSON ([`LeaseFile`]): the GPU and
-//! its holders, each with the container id, the host pid of its init process and that
-//! process's start time (field 22 of `/proc/<pid>/stat`), when it took the GPU, and
-//! whether exclusively. A holder whose process is gone, a zombie, or another process with
-//! the same pid (another start time) is stale ([`liveness`]) and ignored. nvc-host's
-//! `leases` module does the file work under a lock; [`claim`] decides.
+//! Each container that holds GPUs has one lease file, named after its id
+//! ([`file_name`]: `<container id>.lease`), holding JSON ([`LeaseFile`]): the holder (the
+//! container id, the host pid of its init process and that process's start time, field 22
+//! of `/proc/<pid>/stat`, when it took its GPUs, and whether exclusively) and the GPUs it
+//! holds. A holder whose process is gone, a zombie, or another process with the same pid
+//! (another start time) is stale ([`liveness`]) and blocks nothing. nvc-host's `leases`
+//! module does the file work under a lock; [`claim`] decides.
+
+use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
 use crate::request::ExclusiveBy;
 
-/// The version of the lease file format.
-pub const LEASE_VERSION: u32 = 1;
+/// The version of the lease file format. Version 1 was one file per GPU, named after its
+/// UUID ([`Entry::Earlier`]).
+pub const LEASE_VERSION: u32 = 2;
 /// The largest lease file read; a larger one is garbage.
 pub const MAX_LEASE_BYTES: u64 = 64 * 1024;
-/// The most holders a lease file may list.
-pub const MAX_HOLDERS: usize = 256;
+/// The most GPUs a lease file may list.
+pub const MAX_GPUS: usize = 256;
 /// The lock file in the lease folder, taken around every check-and-take.
 pub const LOCK_FILE: &str = ".lock";
+/// The end of every lease file's name: `<container id>.lease`. No other file in the
+/// folder ends so (the lock file, temporary files, earlier versions' files).
+pub const LEASE_SUFFIX: &str = ".lease";
 /// The longest container id recorded.
 pub const MAX_CONTAINER_ID: usize = 1024;
 
-/// One GPU's lease file.
+/// One container's lease file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseFile {
     /// [`LEASE_VERSION`].
     pub version: u32,
-    /// The GPU's UUID (also the file's name).
-    pub gpu: String,
-    /// The GPU's index when the lease was taken, for messages.
-    pub index: u32,
-    /// The containers that hold it.
-    pub holders: Vec<Holder>,
+    /// The container that holds the GPUs (its id is also the file's name).
+    pub holder: Holder,
+    /// The GPUs it holds.
+    pub gpus: Vec<LeasedGpu>,
 }
 
-/// A container that holds a GPU.
+/// A container that holds GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Holder {
@@ -53,7 +58,24 @@ pub struct Holder {
     pub exclusive: Option<ExclusiveBy>,
 }
 
-/// Why a lease file is garbage (it is then replaced).
+impl Holder {
+    /// Whether `other` records the same process: the same pid and start time.
+    pub fn same_process(&self, other: &Holder) -> bool {
+        self.pid == other.pid && self.start_time == other.start_time
+    }
+}
+
+/// A GPU a lease file holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeasedGpu {
+    /// Its index when the lease was taken, for messages.
+    pub index: u32,
+    /// Its UUID, which leases are compared by.
+    pub uuid: String,
+}
+
+/// Why a lease file is garbage (it is then removed).
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseFileError {
     /// Not the JSON of a lease file.
@@ -62,41 +84,46 @@ pub enum LeaseFileError {
     /// Another format version.
     #[error("lease file version {0}, expected {LEASE_VERSION}")]
     Version(u32),
-    /// The file names another GPU than its name.
-    #[error("names GPU {found:?}, not the GPU of its file name")]
-    WrongGpu {
-        /// The GPU in the file.
+    /// The file names another container than its name.
+    #[error("names container {found:?}, not the container of its file name")]
+    WrongContainer {
+        /// The container in the file.
         found: String,
     },
     /// A holder that cannot be one.
-    #[error("holder {index} is invalid (container id, pid or start time)")]
-    BadHolder {
+    #[error("the holder is invalid (container id, pid or start time)")]
+    BadHolder,
+    /// A GPU UUID that cannot be one.
+    #[error("GPU {index} in the list has an invalid UUID")]
+    BadGpu {
         /// Its place in the list.
         index: usize,
     },
-    /// More holders than [`MAX_HOLDERS`].
-    #[error("lists {0} holders, more than {MAX_HOLDERS}")]
-    TooManyHolders(usize),
+    /// More GPUs than [`MAX_GPUS`].
+    #[error("lists {0} GPUs, more than {MAX_GPUS}")]
+    TooManyGpus(usize),
 }
 
-/// Reads the lease file of the GPU `uuid`, checking what it says.
-pub fn parse(bytes: &[u8], uuid: &str) -> Result<LeaseFile, LeaseFileError> {
+/// Reads the lease file of container `container`, checking what it says.
+pub fn parse(bytes: &[u8], container: &str) -> Result<LeaseFile, LeaseFileError> {
     let file: LeaseFile = serde_json::from_slice(bytes).map_err(LeaseFileError::Json)?;
     if file.version != LEASE_VERSION {
         return Err(LeaseFileError::Version(file.version));
     }
-    if file.gpu != uuid {
-        return Err(LeaseFileError::WrongGpu { found: file.gpu });
+    let h = &file.holder;
+    if !valid_container_id(&h.container) || h.pid <= 0 || h.start_time == 0 {
+        return Err(LeaseFileError::BadHolder);
     }
-    if file.holders.len() > MAX_HOLDERS {
-        return Err(LeaseFileError::TooManyHolders(file.holders.len()));
+    if h.container != container {
+        return Err(LeaseFileError::WrongContainer {
+            found: file.holder.container,
+        });
     }
-    if let Some(index) = file
-        .holders
-        .iter()
-        .position(|h| !valid_container_id(&h.container) || h.pid <= 0 || h.start_time == 0)
-    {
-        return Err(LeaseFileError::BadHolder { index });
+    if file.gpus.len() > MAX_GPUS {
+        return Err(LeaseFileError::TooManyGpus(file.gpus.len()));
+    }
+    if let Some(index) = file.gpus.iter().position(|g| !valid_gpu_uuid(&g.uuid)) {
+        return Err(LeaseFileError::BadGpu { index });
     }
     Ok(file)
 }
@@ -106,6 +133,44 @@ pub fn render(file: &LeaseFile) -> Vec<u8> {
     let mut bytes = serde_json::to_vec_pretty(file).unwrap_or_default();
     bytes.push(b'\n');
     bytes
+}
+
+/// The name of container `container`'s lease file: `<container>.lease`. The suffix keeps
+/// it apart from the lock file, temporary files (`….nvc-tmp`) and version 1's files,
+/// whatever the (valid) id.
+pub fn file_name(container: &str) -> String {
+    format!("{container}{LEASE_SUFFIX}")
+}
+
+/// What a name in the lease folder is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry<'a> {
+    /// [`LOCK_FILE`].
+    Lock,
+    /// The lease file of the container with this id.
+    Lease(&'a str),
+    /// A lease file of format version 1 (one file per GPU, named after its UUID), which
+    /// an earlier nvc wrote: it is removed.
+    Earlier,
+    /// Anything else (temporary files included): not a lease file, left alone.
+    Other,
+}
+
+/// What the file `name` in the lease folder is.
+pub fn entry(name: &str) -> Entry<'_> {
+    if name == LOCK_FILE {
+        return Entry::Lock;
+    }
+    if let Some(id) = name.strip_suffix(LEASE_SUFFIX) {
+        if valid_container_id(id) {
+            return Entry::Lease(id);
+        }
+        return Entry::Other;
+    }
+    if valid_gpu_uuid(name) && (name.starts_with("GPU-") || name.starts_with("MIG-")) {
+        return Entry::Earlier;
+    }
+    Entry::Other
 }
 
 /// Whether `id` may be recorded as a container id: what runc accepts (letters, digits,
@@ -118,8 +183,8 @@ pub fn valid_container_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'+' | b'-' | b'.'))
 }
 
-/// Whether a GPU UUID can name a lease file: letters, digits and `-`, not empty, not
-/// starting with `-`, at most 128 bytes.
+/// Whether a GPU UUID can be recorded: letters, digits and `-`, not empty, not starting
+/// with `-`, at most 128 bytes.
 pub fn valid_gpu_uuid(uuid: &str) -> bool {
     !uuid.is_empty()
         && uuid.len() <= 128
@@ -232,64 +297,69 @@ pub enum Conflict {
     },
 }
 
-/// The lease file of `gpu` once `me` holds it, from the `existing` one; `live` tells
-/// which holders still run. Stale holders, and earlier entries of the same container or
-/// process, are dropped. Refused when a live holder has it exclusively, or when `me`
-/// asks for it exclusively and a live holder uses it.
-pub fn claim(
-    existing: Option<LeaseFile>,
-    gpu: GpuRef,
-    me: &Holder,
-    live: impl Fn(&Holder) -> bool,
-) -> Result<LeaseFile, Conflict> {
-    let mut holders: Vec<Holder> = existing
-        .map(|f| f.holders)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|h| {
-            h.container != me.container
-                && !(h.pid == me.pid && h.start_time == me.start_time)
-                && live(h)
-        })
+/// Whether a lease file of `other` is an earlier record of `me`, which `me`'s replaces:
+/// the same container (restarted with the same id), or the same process.
+pub fn supersedes(me: &Holder, other: &Holder) -> bool {
+    other.container == me.container || other.same_process(me)
+}
+
+/// The lease file of `me` once it holds `gpus`, given the lease files of the live holders
+/// (`others`; those [`supersedes`] names are passed over). Refused when a live holder has
+/// one of the GPUs exclusively, or when `me` asks exclusively and a live holder uses one.
+/// GPUs are compared by UUID and looked at in the order asked for; the holder named is
+/// the one that took the GPU first.
+pub fn claim(me: &Holder, gpus: &[GpuRef], others: &[LeaseFile]) -> Result<LeaseFile, Conflict> {
+    let asked: HashSet<&str> = gpus.iter().map(|g| g.uuid).collect();
+    let mut sharing: Vec<&LeaseFile> = others
+        .iter()
+        .filter(|f| !supersedes(me, &f.holder))
+        .filter(|f| f.gpus.iter().any(|g| asked.contains(g.uuid.as_str())))
         .collect();
-    if let Some((h, by)) = holders.iter().find_map(|h| h.exclusive.map(|by| (h, by))) {
-        return Err(Conflict::HeldExclusively {
-            index: gpu.index,
-            uuid: gpu.uuid.to_string(),
-            holder: h.container.clone(),
-            since: utc(h.since),
-            by: by.name(),
-        });
+    sharing.sort_by(|a, b| {
+        (a.holder.since, &a.holder.container).cmp(&(b.holder.since, &b.holder.container))
+    });
+    for gpu in gpus {
+        let holders: Vec<&Holder> = sharing
+            .iter()
+            .filter(|f| f.gpus.iter().any(|g| g.uuid == gpu.uuid))
+            .map(|f| &f.holder)
+            .collect();
+        if let Some((h, by)) = holders.iter().find_map(|h| h.exclusive.map(|by| (*h, by))) {
+            return Err(Conflict::HeldExclusively {
+                index: gpu.index,
+                uuid: gpu.uuid.to_string(),
+                holder: h.container.clone(),
+                since: utc(h.since),
+                by: by.name(),
+            });
+        }
+        if let (Some(asked), Some(h)) = (me.exclusive, holders.first()) {
+            return Err(Conflict::InUse {
+                index: gpu.index,
+                uuid: gpu.uuid.to_string(),
+                holder: h.container.clone(),
+                since: utc(h.since),
+                asked: asked.name(),
+            });
+        }
     }
-    if let (Some(asked), Some(h)) = (me.exclusive, holders.first()) {
-        return Err(Conflict::InUse {
-            index: gpu.index,
-            uuid: gpu.uuid.to_string(),
-            holder: h.container.clone(),
-            since: utc(h.since),
-            asked: asked.name(),
-        });
-    }
-    holders.push(me.clone());
     Ok(LeaseFile {
         version: LEASE_VERSION,
-        gpu: gpu.uuid.to_string(),
-        index: gpu.index,
-        holders,
+        holder: me.clone(),
+        gpus: gpus
+            .iter()
+            .map(|g| LeasedGpu {
+                index: g.index,
+                uuid: g.uuid.to_string(),
+            })
+            .collect(),
     })
 }
 
-/// `file` without `me` (the same container and process); `None` when no holder is left.
-pub fn release(file: LeaseFile, me: &Holder) -> Option<LeaseFile> {
-    let holders: Vec<Holder> = file
-        .holders
-        .into_iter()
-        .filter(|h| !(h.container == me.container && h.pid == me.pid))
-        .collect();
-    if holders.is_empty() {
-        return None;
-    }
-    Some(LeaseFile { holders, ..file })
+/// Whether `file` is `me`'s own: the same container and process, so that giving the
+/// lease back removes it.
+pub fn is_own(file: &LeaseFile, me: &Holder) -> bool {
+    file.holder.container == me.container && file.holder.same_process(me)
 }
 
 /// `secs` after the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC`.

@@ -2,9 +2,11 @@
 //! fake driver trees: a container holding a GPU exclusively (`NVC_EXCLUSIVE=1`, the
 //! annotation `nvc.exclusive`, `[requests] exclusive`) keeps every other container off
 //! it, naming itself; an exclusive request is refused on a GPU a running container
-//! shares; leases end with their container (killed, deleted or not); stale, reused,
-//! garbage and linked lease files block nothing; of concurrent exclusive starts exactly
-//! one wins. Each test has its own lease folder (`[leases] dir`). Needs root.
+//! shares; leases end with their container (killed, deleted or not); a container's
+//! lease is one file, `<id>.lease`, whatever the number of GPUs, removed when the
+//! container is deleted; stale, reused, garbage and linked lease files, and the per-GPU
+//! files of an earlier nvc, block nothing and are removed; of concurrent exclusive starts
+//! exactly one wins. Each test has its own lease folder (`[leases] dir`). Needs root.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -113,16 +115,31 @@ fn nvc_list_leases(w: &World, json: bool) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// A lease file for GPU `uuid` held by `holders` (container, pid, start time, exclusive).
-fn lease_file(uuid: &str, holders: &[(&str, i32, u64, bool)]) -> String {
-    let holders: Vec<_> = holders
-        .iter()
-        .map(|(c, pid, start, excl)| {
-            json!({"container": c, "pid": pid, "startTime": start, "since": 1_795_667_412u64,
-                   "exclusive": if *excl { Some("env") } else { None }})
-        })
+/// The lease file of `container` holding GPU `uuid` (pid, start time, exclusive).
+fn lease_file(container: &str, uuid: &str, pid: i32, start: u64, exclusive: bool) -> String {
+    json!({
+        "version": 2,
+        "holder": {"container": container, "pid": pid, "startTime": start,
+                   "since": 1_795_667_412u64,
+                   "exclusive": if exclusive { Some("env") } else { None }},
+        "gpus": [{"index": 0, "uuid": uuid}],
+    })
+    .to_string()
+}
+
+/// Where the lease file of `container` is.
+fn lease_path(w: &World, container: &str) -> PathBuf {
+    lease_dir(w).join(format!("{container}.lease"))
+}
+
+/// The names in the lease folder, sorted.
+fn lease_names(w: &World) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(lease_dir(w))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    json!({"version": 1, "gpu": uuid, "index": 0, "holders": holders}).to_string()
+    names.sort();
+    names
 }
 
 fn own_start_time() -> u64 {
@@ -175,8 +192,45 @@ fn a_deleted_exclusive_container_frees_its_gpu() {
     let w = world("");
     let a = hold(&w, &[&gpu(1), EXCLUSIVE], &[]);
     assert_refused(&w.run(&[&gpu(1)], "true"), &[&a]);
+    assert!(lease_path(&w, &a).is_file());
+    // The poststop hook removes its lease file.
     w.rt.delete(&a).assert_success();
+    assert!(!lease_path(&w, &a).exists(), "{:?}", lease_names(&w));
     assert_started(&w, &w.run(&[&gpu(1), EXCLUSIVE], "true"));
+}
+
+#[test]
+fn a_container_with_every_gpu_writes_one_lease_file() {
+    let w = world("");
+    let a = hold(&w, &["NVIDIA_VISIBLE_DEVICES=all"], &[]);
+    assert_eq!(lease_names(&w), [".lock".to_string(), format!("{a}.lease")]);
+    let text = std::fs::read_to_string(lease_path(&w, &a)).unwrap();
+    let file = libnvc::lease::parse(text.as_bytes(), &a).unwrap();
+    let all: Vec<String> = w
+        .gpus_in_bus_order()
+        .iter()
+        .map(|g| g.uuid.clone())
+        .collect();
+    let mut held: Vec<String> = file.gpus.iter().map(|g| g.uuid.clone()).collect();
+    let mut want = all.clone();
+    held.sort();
+    want.sort();
+    assert_eq!(held, want);
+    assert!(all.len() > 1, "{all:?}");
+    // A second shared container adds its own file; a container that has run to its end
+    // leaves none.
+    let b = hold(&w, &[&gpu(0)], &[]);
+    assert_started(&w, &w.run(&[&gpu(1)], "true"));
+    let mut want = vec![
+        ".lock".to_string(),
+        format!("{a}.lease"),
+        format!("{b}.lease"),
+    ];
+    want.sort();
+    assert_eq!(lease_names(&w), want);
+    let listed = nvc_list_leases(&w, false);
+    assert_eq!(listed.matches(&a).count(), all.len(), "{listed}");
+    assert_eq!(listed.matches(&b).count(), 1, "{listed}");
 }
 
 #[test]
@@ -234,77 +288,87 @@ fn stale_and_reused_leases_block_nothing() {
     let dir = lease_dir(&w);
     std::fs::create_dir_all(&dir).unwrap();
     let gpu0 = uuid(&w, 0);
-    let path = dir.join(&gpu0);
     // A process that has ended.
     let mut child = Command::new("true").spawn().unwrap();
     let dead = child.id() as i32;
     child.wait().unwrap();
-    std::fs::write(
-        &path,
-        lease_file(&gpu0, &[("dead-holder", dead, 12345, true)]),
-    )
-    .unwrap();
+    let path = lease_path(&w, "dead-holder");
+    std::fs::write(&path, lease_file("dead-holder", &gpu0, dead, 12345, true)).unwrap();
+    assert!(nvc_list_leases(&w, false).contains("stale (process gone)"));
     assert_started(&w, &w.run(&[&gpu(0), EXCLUSIVE], "true"));
+    assert!(!path.exists(), "the stale lease file stays");
     // A running process with the holder's pid but another start time: the pid was reused.
     let me = std::process::id() as i32;
     let start = own_start_time();
+    let path = lease_path(&w, "reused-holder");
     std::fs::write(
         &path,
-        lease_file(&gpu0, &[("reused-holder", me, start + 1, true)]),
+        lease_file("reused-holder", &gpu0, me, start + 1, true),
     )
     .unwrap();
     assert!(nvc_list_leases(&w, false).contains("stale (pid reused)"));
     assert_started(&w, &w.run(&[&gpu(0), EXCLUSIVE], "true"));
+    assert!(!path.exists(), "the stale lease file stays");
     // The same pid and start time is the holder: refused (the file is read as written).
-    std::fs::write(
-        &path,
-        lease_file(&gpu0, &[("live-holder", me, start, true)]),
-    )
-    .unwrap();
+    let path = lease_path(&w, "live-holder");
+    std::fs::write(&path, lease_file("live-holder", &gpu0, me, start, true)).unwrap();
     assert_refused(
         &w.run(&[&gpu(0)], "true"),
         &["held exclusively by container live-holder since 2026-11-26 04:30:12 UTC"],
     );
+    assert!(path.exists());
 }
 
 #[test]
-fn garbage_linked_and_odd_lease_files_are_replaced() {
+fn garbage_linked_odd_and_earlier_lease_files_are_removed() {
     let w = world("");
     let dir = lease_dir(&w);
     std::fs::create_dir_all(&dir).unwrap();
     let gpu0 = uuid(&w, 0);
-    let path = dir.join(&gpu0);
+    let path = lease_path(&w, "garbage");
     for garbage in [
         &b"\x00\xffnot json"[..],
         b"",
-        b"{\"version\":1}",
+        b"{\"version\":2}",
         &[b'x'; 100_000],
     ] {
         std::fs::write(&path, garbage).unwrap();
+        assert!(nvc_list_leases(&w, false).contains("garbage ("));
         assert_started(&w, &w.run(&[&gpu(0), EXCLUSIVE], "true"));
-        // Replaced by a lease file (its holder has ended since).
-        let text = std::fs::read_to_string(&path).unwrap();
-        libnvc::lease::parse(text.as_bytes(), &gpu0).unwrap();
+        assert!(!path.exists(), "{garbage:?} stays");
     }
-    // A link, to a file that looks like a live exclusive lease: never followed, replaced.
+    // A link, to a file that looks like a live exclusive lease: never followed, removed.
     let target = w.dir.path().join("precious");
     let me = std::process::id() as i32;
-    let looks_held = lease_file(&gpu0, &[("via-link", me, own_start_time(), true)]);
+    let looks_held = lease_file("via-link", &gpu0, me, own_start_time(), true);
     std::fs::write(&target, &looks_held).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    std::os::unix::fs::symlink(&target, &path).unwrap();
+    let link = lease_path(&w, "via-link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
     assert_started(&w, &w.run(&[&gpu(0), EXCLUSIVE], "true"));
     assert_eq!(std::fs::read_to_string(&target).unwrap(), looks_held);
-    assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
+    assert!(std::fs::symlink_metadata(&link).is_err());
     // A FIFO blocks nothing; an empty folder is removed.
-    std::fs::remove_file(&path).unwrap();
     let status = Command::new("mkfifo").arg(&path).status().unwrap();
     assert!(status.success());
     assert_started(&w, &w.run(&[&gpu(0), EXCLUSIVE], "true"));
-    std::fs::remove_file(&path).unwrap();
+    assert!(std::fs::symlink_metadata(&path).is_err());
     std::fs::create_dir(&path).unwrap();
     assert_started(&w, &w.run(&[&gpu(0), EXCLUSIVE], "true"));
-    assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
+    assert!(std::fs::symlink_metadata(&path).is_err());
+    // An earlier nvc's per-GPU file, looking held by a live process: harmless, removed.
+    let earlier = dir.join(&gpu0);
+    std::fs::write(
+        &earlier,
+        json!({"version": 1, "gpu": gpu0, "index": 0, "holders": [
+            {"container": "earlier", "pid": me, "startTime": own_start_time(),
+             "since": 1_795_667_412u64, "exclusive": "env"}]})
+        .to_string(),
+    )
+    .unwrap();
+    assert!(nvc_list_leases(&w, false).contains("an earlier nvc"));
+    assert_started(&w, &w.run(&[&gpu(0), EXCLUSIVE], "true"));
+    assert!(!earlier.exists());
+    assert_eq!(lease_names(&w), [".lock"]);
     // The lease folder itself as a link: refused with what to do, nothing followed.
     let w = world("");
     let elsewhere = w.dir.path().join("elsewhere");
