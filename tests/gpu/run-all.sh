@@ -3,7 +3,7 @@
 # report (validate.py), the runc end-to-end checks (e2e.sh), the CDI spec in runc
 # containers (cdi.sh), hostile images
 # against the real driver (hostile.sh), discovery against nvidia-smi
-# (discovery.sh), the start-time benchmark with the real driver (nvc-bench --real) and,
+# (discovery.sh), where the hook's time goes (profile-phases.sh), the start-time benchmark with the real driver (nvc-bench --real) and,
 # where .device-carry/engines/ is there, GPU containers through Docker, Podman and
 # containerd's CRI plugin (engines.sh; its archive is about 55 MB, so with the 64 MiB a
 # call carries it runs in a call of its own, carrying .device-carry/engines alone: nvc's
@@ -23,6 +23,8 @@ bash tests/gpu/cdi.sh "$tmp/cdi" >"$out/cdi.txt" 2>&1 || status=1
 bash tests/gpu/hostile.sh "$tmp/hostile" >"$out/hostile.txt" 2>&1 || status=1
 bash tests/gpu/features.sh "$tmp/features" >"$out/features.txt" 2>&1 || status=1
 bash tests/gpu/discovery.sh .device-carry/bin "$tmp/discovery" >"$out/discovery.txt" 2>&1 || status=1
+bash tests/gpu/profile-phases.sh "$tmp/phases" >"$out/phases.log" 2>&1 || status=1
+cp "$tmp/phases/profile-phases.txt" "$out/" 2>/dev/null
 if [ -x .device-carry/bin/nvc-bench ]; then
     NVC_BENCH_COMMIT=$(cat .device-carry/commit 2>/dev/null) .device-carry/bin/nvc-bench --real --rootfs .device-carry/bench/rootfs \
         --runc /usr/local/sbin/runc --update-doc docs/performance.md --section gpu \
