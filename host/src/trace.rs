@@ -412,6 +412,16 @@ struct Found {
 }
 
 fn read_record(parent: &OwnedFd, dir: &Path, name: &str) -> Result<Option<Found>, TraceError> {
+    read_record_with(parent, dir, name, true)
+}
+
+/// [`read_record`]; the image's cache kept beside the record only when `original`.
+fn read_record_with(
+    parent: &OwnedFd,
+    dir: &Path,
+    name: &str,
+    original: bool,
+) -> Result<Option<Found>, TraceError> {
     let path = dir.join(name);
     let fd = match rustix::fs::openat(
         parent,
@@ -430,7 +440,10 @@ fn read_record(parent: &OwnedFd, dir: &Path, name: &str) -> Result<Option<Found>
         path: path.join(RECORD),
         source,
     })?;
-    let original = read_in(&fd, ORIGINAL_CACHE, &path.join(ORIGINAL_CACHE))?;
+    let original = match original {
+        true => read_in(&fd, ORIGINAL_CACHE, &path.join(ORIGINAL_CACHE))?,
+        false => None,
+    };
     Ok(Some(Found {
         name: name.to_string(),
         record,
@@ -445,16 +458,19 @@ fn live_sharer(parent: &OwnedFd, dir: &Path, me: &Found) -> Option<Found> {
         let Some(name) = entry.file_name().to_str().map(str::to_string) else {
             continue;
         };
-        if name == me.name {
+        // The rootfs locks (`.rootfs-<dev>-<ino>.lock`) are files beside the records,
+        // whose names end in a hash.
+        if name == me.name || name.ends_with(".lock") {
             continue;
         }
-        let Ok(Some(other)) = read_record(parent, dir, &name) else {
+        // Every other container's record is looked at: its cache only for the sharer.
+        let Ok(Some(other)) = read_record_with(parent, dir, &name, false) else {
             continue;
         };
         let same_root = (other.record.rootfs_dev, other.record.rootfs_ino)
             == (me.record.rootfs_dev, me.record.rootfs_ino);
         if same_root && start_time(other.record.pid) == Some(other.record.pid_start) {
-            return Some(other);
+            return read_record(parent, dir, &name).ok().flatten();
         }
     }
     None
