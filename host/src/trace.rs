@@ -118,9 +118,25 @@ fn fnv1a(data: &[u8]) -> u64 {
     })
 }
 
-/// The container's folder name: its id and a hash of its bundle (ids are unique only
-/// per runtime state folder).
-fn folder_name(id: &str, bundle: &Path) -> String {
+/// The container's folder name: its rootfs (device and inode, so that looking for
+/// another container on the same rootfs opens only those records, however many others
+/// a host keeps), its id and a hash of its bundle (ids are unique only per runtime state
+/// folder).
+fn folder_name(id: &str, bundle: &Path, rootfs: (u64, u64)) -> String {
+    format!(
+        "{}{}",
+        rootfs_prefix(rootfs),
+        legacy_folder_name(id, bundle)
+    )
+}
+
+/// The start of the folder names of the records of containers on `rootfs`.
+fn rootfs_prefix((dev, ino): (u64, u64)) -> String {
+    format!("r{dev:x}-{ino:x}-")
+}
+
+/// The folder name of a record written by nvc before the rootfs was in it.
+fn legacy_folder_name(id: &str, bundle: &Path) -> String {
     let safe: String = id
         .chars()
         .map(|c| {
@@ -244,7 +260,7 @@ impl RecordDir {
     ) -> Result<RecordDir, TraceError> {
         let st = rustix::fs::stat(rootfs).map_err(io("stat", rootfs))?;
         let (parent, parent_fd) = containers_dir(state_dir)?;
-        let name = folder_name(id, bundle);
+        let name = folder_name(id, bundle, (st.st_dev, st.st_ino));
         let path = parent.join(&name);
         remove_folder(&parent_fd, &name, &path);
         rustix::fs::mkdirat(&parent_fd, name.as_str(), Mode::from_raw_mode(0o700))
@@ -453,14 +469,14 @@ fn read_record_with(
 
 /// Another record for the same rootfs whose container still runs.
 fn live_sharer(parent: &OwnedFd, dir: &Path, me: &Found) -> Option<Found> {
+    let prefix = rootfs_prefix((me.record.rootfs_dev, me.record.rootfs_ino));
     let names = std::fs::read_dir(dir).ok()?;
     for entry in names.flatten() {
         let Some(name) = entry.file_name().to_str().map(str::to_string) else {
             continue;
         };
-        // The rootfs locks (`.rootfs-<dev>-<ino>.lock`) are files beside the records,
-        // whose names end in a hash.
-        if name == me.name || name.ends_with(".lock") {
+        // Only the records of containers on the same rootfs.
+        if name == me.name || !name.starts_with(&prefix) {
             continue;
         }
         // Every other container's record is looked at: its cache only for the sharer.
@@ -486,8 +502,19 @@ pub fn undo(
     rootfs: &Path,
 ) -> Result<Undone, TraceError> {
     let (dir, parent) = containers_dir(state_dir)?;
-    let name = folder_name(id, bundle);
-    let Some(me) = read_record(&parent, &dir, &name)? else {
+    // A rootfs that is gone has nothing to take away: its record is looked for only under
+    // the name of before (undo_found says why when it exists).
+    let mut name = legacy_folder_name(id, bundle);
+    let mut found = None;
+    if let Ok(st) = rustix::fs::stat(rootfs) {
+        name = folder_name(id, bundle, (st.st_dev, st.st_ino));
+        found = read_record(&parent, &dir, &name)?;
+    }
+    if found.is_none() {
+        name = legacy_folder_name(id, bundle);
+        found = read_record(&parent, &dir, &name)?;
+    }
+    let Some(me) = found else {
         debug!("no record of what was made for container {id}");
         remove_folder(&parent, &name, &dir.join(&name));
         return Ok(Undone::default());
