@@ -336,18 +336,9 @@ impl Bench {
         rootfs: &Image,
         env: &[String],
     ) -> Result<Measured, BenchError> {
-        let (dir, container_rootfs) = self.fresh_run("run")?;
-        rootfs.copy_to(&container_rootfs)?;
-        Bundle::new(&dir, &container_rootfs)?
-            .args(&[COMMAND])
-            .env(env)
-            .write()?;
+        let (dir, container_rootfs) = self.fresh_container("run", rootfs, env)?;
         let id = self.container_id();
-        let program = match runtime {
-            Runtime::Runc => &self.programs.runc,
-            Runtime::Nvc(_) => &self.programs.shim,
-            Runtime::Shim { shim, .. } => shim,
-        };
+        let (program, config) = self.runtime_program(runtime);
         let mut command = measure::command(program, &report_path(&dir));
         command
             .arg("--root")
@@ -356,7 +347,7 @@ impl Bench {
             .arg(&dir)
             .arg(&id)
             .env_remove(nvc_config::CONFIG_ENV);
-        if let Runtime::Nvc(config) | Runtime::Shim { config, .. } = runtime {
+        if let Some(config) = config {
             command.env(nvc_config::CONFIG_ENV, config);
         }
         let measured = self.timed(&mut command, &dir, None);
@@ -382,18 +373,9 @@ impl Bench {
         rootfs: &Image,
         env: &[String],
     ) -> Result<Measured, BenchError> {
-        let (dir, container_rootfs) = self.fresh_run("start")?;
-        rootfs.copy_to(&container_rootfs)?;
-        Bundle::new(&dir, &container_rootfs)?
-            .args(&[COMMAND])
-            .env(env)
-            .write()?;
+        let (dir, container_rootfs) = self.fresh_container("start", rootfs, env)?;
         let id = self.container_id();
-        let (program, config) = match runtime {
-            Runtime::Runc => (&self.programs.runc, None),
-            Runtime::Nvc(config) => (&self.programs.shim, Some(config)),
-            Runtime::Shim { shim, config } => (shim, Some(config)),
-        };
+        let (program, config) = self.runtime_program(runtime);
         let command = |args: &[&str]| {
             let mut command = measure::command(program, &report_path(&dir));
             command
@@ -480,12 +462,7 @@ impl Bench {
         rootfs: &Image,
         env: &[String],
     ) -> Result<Measured, BenchError> {
-        let (dir, container_rootfs) = self.fresh_run("hook")?;
-        rootfs.copy_to(&container_rootfs)?;
-        Bundle::new(&dir, &container_rootfs)?
-            .args(&[COMMAND])
-            .env(env)
-            .write()?;
+        let (dir, container_rootfs) = self.fresh_container("hook", rootfs, env)?;
         // The spec as runc would get it: edited by the shim (which then execs the no-op).
         let mut shim = Command::new(&self.programs.shim);
         shim.arg("--root")
@@ -570,19 +547,10 @@ impl Bench {
     ) -> Result<Duration, BenchError> {
         let mut runs = Vec::with_capacity(count);
         for _ in 0..count {
-            let (dir, container_rootfs) = self.fresh_run("parallel")?;
-            rootfs.copy_to(&container_rootfs)?;
-            Bundle::new(&dir, &container_rootfs)?
-                .args(&[COMMAND])
-                .env(env)
-                .write()?;
+            let (dir, container_rootfs) = self.fresh_container("parallel", rootfs, env)?;
             runs.push((dir, container_rootfs, self.container_id()));
         }
-        let program = match runtime {
-            Runtime::Runc => &self.programs.runc,
-            Runtime::Nvc(_) => &self.programs.shim,
-            Runtime::Shim { shim, .. } => shim,
-        };
+        let (program, config) = self.runtime_program(runtime);
         let command = |dir: &Path, id: &str| -> Result<Command, BenchError> {
             let stderr_path = dir.join("stderr");
             let stderr =
@@ -598,7 +566,7 @@ impl Bench {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(stderr);
-            if let Runtime::Nvc(config) | Runtime::Shim { config, .. } = runtime {
+            if let Some(config) = config {
                 command.env(nvc_config::CONFIG_ENV, config);
             }
             Ok(command)
@@ -671,6 +639,32 @@ impl Bench {
         let dir = self.runtime_dir().join(format!("{tag}-{n}"));
         std::fs::create_dir_all(&dir).map_err(BenchError::io("create directory", &dir))?;
         Ok((dir, self.work.join(format!("rootfs-{n}"))))
+    }
+
+    /// A fresh run folder with a bundle of [`COMMAND`] asking for `env`, on a fresh copy
+    /// of `rootfs`; returns the folder and the copy.
+    fn fresh_container(
+        &self,
+        tag: &str,
+        rootfs: &Image,
+        env: &[String],
+    ) -> Result<(PathBuf, PathBuf), BenchError> {
+        let (dir, container_rootfs) = self.fresh_run(tag)?;
+        rootfs.copy_to(&container_rootfs)?;
+        Bundle::new(&dir, &container_rootfs)?
+            .args(&[COMMAND])
+            .env(env)
+            .write()?;
+        Ok((dir, container_rootfs))
+    }
+
+    /// The program `runtime` runs, and the nvc configuration it is given, if any.
+    fn runtime_program<'a>(&'a self, runtime: &'a Runtime) -> (&'a Path, Option<&'a Path>) {
+        match runtime {
+            Runtime::Runc => (&self.programs.runc, None),
+            Runtime::Nvc(config) => (&self.programs.shim, Some(config)),
+            Runtime::Shim { shim, config } => (shim, Some(config)),
+        }
     }
 
     fn container_id(&self) -> String {
