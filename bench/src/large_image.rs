@@ -225,9 +225,14 @@ pub fn copy_tree(template: &Path, dest: &Path) -> Result<(), BenchError> {
 
 /// Runs `command` to its end; a failure is an error carrying its stderr.
 pub fn run_quiet(command: &mut Command) -> Result<(), BenchError> {
+    run_fed(command, Stdio::null())
+}
+
+/// [`run_quiet`] with `stdin` on the command's standard input.
+pub fn run_fed(command: &mut Command, stdin: Stdio) -> Result<(), BenchError> {
     let line = crate::measure::describe(command);
     let output = command
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::null())
         .output()
         .map_err(|source| BenchError::Spawn {

@@ -14,7 +14,7 @@ use nvc_tests::Bundle;
 use serde_json::json;
 
 use crate::error::BenchError;
-use crate::large_image::{run_quiet, stderr_details};
+use crate::large_image::{run_fed, run_quiet, stderr_details};
 use crate::measure::{self, Measured};
 use crate::stats::Samples;
 
@@ -213,6 +213,10 @@ impl Bench {
             };
             config.runtime.runtimes = vec![runtime.display().to_string()];
             config.hook.path = self.programs.hook.clone();
+            // The bench's own state and leases, on the same tmpfs as runc's: a run that
+            // stops half-way leaves nothing in the host's /run/nvc.
+            config.hook.state_dir = self.runtime_dir().join("nvc");
+            config.leases.dir = self.runtime_dir().join("nvc/leases");
             config.log.file = self.log.clone();
             let path = self.work.join(format!("{name}.{suffix}.toml"));
             let text = toml::to_string(&config).map_err(|source| BenchError::Config {
@@ -495,9 +499,38 @@ impl Bench {
             .current_dir(&dir);
         let measured = self.timed(&mut command, &dir, Some(stdin));
         drop(helper);
+        if program.is_none() {
+            // What runc does once the container is gone, untimed: the poststop hook ends
+            // the container's lease and takes its record and mount points away. (Older
+            // builds given as `program` have no poststop hook and keep no state.)
+            self.poststop(config, &dir, &state_json)?;
+        }
         remove(&dir)?;
         remove(&container_rootfs)?;
         measured
+    }
+
+    /// Runs this build's hook as the poststop hook of the container whose prestart state
+    /// was `state`, in bundle `dir`.
+    fn poststop(
+        &self,
+        config: &Path,
+        dir: &Path,
+        state: &serde_json::Value,
+    ) -> Result<(), BenchError> {
+        let mut state = state.clone();
+        state["status"] = json!("stopped");
+        let path = dir.join("state.json");
+        std::fs::write(&path, state.to_string()).map_err(BenchError::io("write", &path))?;
+        let stdin = File::open(&path).map_err(BenchError::io("open", &path))?;
+        let mut command = Command::new(&self.programs.hook);
+        command
+            .arg("poststop")
+            .env_clear()
+            .env("PATH", HOOK_PATH_ENV)
+            .env(nvc_config::CONFIG_ENV, config)
+            .current_dir(dir);
+        run_fed(&mut command, Stdio::from(stdin))
     }
 
     /// Times `command` (stdout to /dev/null, stderr to a file in `dir`); a failure is an

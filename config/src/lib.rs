@@ -228,7 +228,7 @@ impl Default for LdcacheConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LeasesConfig {
-    /// The folder of the lease files, one per GPU UUID, and their lock file. On a tmpfs
+    /// The folder of the lease files, one per container, and their lock file. On a tmpfs
     /// (`/run`), so a reboot ends every lease.
     pub dir: PathBuf,
 }

@@ -524,12 +524,18 @@ fn toml_string(path: &Path) -> String {
     out
 }
 
+/// The tree's own nvc configuration: its roots, a debug log, and its state and GPU
+/// leases inside `dir`, so that nothing another program left in the host's `/run/nvc`
+/// shows in a test, and no test leaves anything there.
 fn config_toml(driver: &FakeDriver) -> String {
     format!(
-        "[driver]\nroot = {}\ndev-root = {}\nproc-root = {}\n\n[log]\nfile = {}\nlevel = \"debug\"\n",
+        "[driver]\nroot = {}\ndev-root = {}\nproc-root = {}\n\n[hook]\nstate-dir = {}\n\n\
+         [log]\nfile = {}\nlevel = \"debug\"\n\n[leases]\ndir = {}\n",
         toml_string(&driver.root),
         toml_string(&driver.dev_root),
         toml_string(&driver.proc_root),
+        toml_string(&driver.dir.join("state")),
         toml_string(&driver.dir.join("nvc.log")),
+        toml_string(&driver.dir.join("leases")),
     )
 }
