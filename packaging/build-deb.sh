@@ -3,8 +3,9 @@
 #
 #   packaging/build-deb.sh [--bin-dir DIR] [--out DIR]
 #
-# --bin-dir DIR  package the nvc, nvc-runtime and nvc-hook already built in DIR instead of
-#                running `cargo build --release` (the tests package their debug build)
+# --bin-dir DIR  package the nvc, nvc-runtime, nvc-hook and nvc-cuda-version already built
+#                in DIR instead of running `cargo build --release` (the tests package
+#                their debug build)
 # --out DIR      where the .deb goes (default target/deb)
 #
 # Prints the path of the .deb on its last line. Needs dpkg-deb, readelf (binutils) and
@@ -34,12 +35,13 @@ version="$(awk '/^\[workspace\.package\]/ {p=1; next} /^\[/ {p=0}
 
 if [ -z "$bin_dir" ]; then
     (cd "$repo" && cargo build --release --locked -p nvc-cli -p nvc-runtime -p nvc-hook)
-    # The shim static (.cargo/config.toml says why): every container execs it.
-    (cd "$repo" && cargo build-shim-static)
+    # The shim and the hook static (.cargo/config.toml says why): every container execs
+    # the shim, every GPU container the hook.
+    (cd "$repo" && cargo build-shim-static && cargo build-hook-static)
     bin_dir="$repo/target/release"
 fi
 bin_dir="$(cd "$bin_dir" && pwd)"
-for b in nvc nvc-runtime nvc-hook; do
+for b in nvc nvc-runtime nvc-hook nvc-cuda-version; do
     [ -x "$bin_dir/$b" ] || { echo "build-deb.sh: $bin_dir/$b is missing" >&2; exit 1; }
 done
 
@@ -55,7 +57,7 @@ install -d "$root/DEBIAN" "$root/usr/bin" "$root/etc/nvc" "$doc" \
 # Binaries, stripped as dh_strip would. (`docker run --gpus` needs a link named
 # nvidia-container-runtime-hook: `nvc runtime configure --runtime docker --gpus-alias`
 # makes it, and `--revert` takes it away, so the package does not ship it.)
-for b in nvc nvc-runtime nvc-hook; do
+for b in nvc nvc-runtime nvc-hook nvc-cuda-version; do
     install -m 0755 "$bin_dir/$b" "$root/usr/bin/$b"
     strip --strip-unneeded "$root/usr/bin/$b"
 done
@@ -133,7 +135,7 @@ done
 echo "/etc/nvc/config.toml" >"$root/DEBIAN/conffiles"
 
 # The newest glibc symbol version the binaries use, as dpkg-shlibdeps would find it.
-glibc="$(for b in nvc nvc-runtime nvc-hook; do readelf -W --dyn-syms "$root/usr/bin/$b"; done |
+glibc="$(for b in nvc nvc-runtime nvc-hook nvc-cuda-version; do readelf -W --dyn-syms "$root/usr/bin/$b"; done |
     grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -t. -k1,1n -k2,2n -k3,3n | tail -n1)"
 depends="libc6 (>= ${glibc:-2.17}), libgcc-s1"
 

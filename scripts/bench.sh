@@ -18,8 +18,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 bash scripts/deps.sh runc busybox
 cargo build --release --locked --workspace
-# The shim as it is packaged: static (.cargo/config.toml).
+# The shim and the hook as they are packaged: static (.cargo/config.toml).
 cargo build-shim-static
+cargo build-hook-static
 
 section=dev
 quick=0

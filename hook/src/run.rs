@@ -8,7 +8,7 @@ use libnvc::plan::{ConfigSource, Plan, PlanError, Stage, DEVICE_MOUNT_ARG};
 use nvc_config::Config;
 use nvc_host::files_cache::RunCache;
 use nvc_host::phases::Phases;
-use nvc_host::probe::RealHost;
+use nvc_host::probe::HelperHost;
 use nvc_host::setup::{self, Target};
 use nvc_host::trace::RecordDir;
 use serde::Deserialize;
@@ -122,7 +122,9 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         &state.bundle,
         &config,
         &source,
-        &RealHost,
+        // libcuda, when asked at all, is asked in a process of its own: the hook is
+        // linked statically.
+        &HelperHost::beside_this_program(),
         Stage::Hook,
         &handed,
         Some(&cache),

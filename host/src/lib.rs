@@ -69,6 +69,58 @@ pub enum SysError {
         /// The CUresult.
         code: i32,
     },
+    /// The program that asks libcuda could not be run.
+    #[error("cannot run {program} (installed beside nvc-hook; reinstall nvc if it is missing)")]
+    HelperSpawn {
+        /// The program.
+        program: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program that asks libcuda failed or printed no version.
+    #[error("{program} {library}: {reason}")]
+    Helper {
+        /// The program.
+        program: PathBuf,
+        /// The library it asked.
+        library: PathBuf,
+        /// Its exit and what it said.
+        reason: String,
+    },
+}
+
+/// [`cuda_driver_version`] asked by `helper` (`nvc-cuda-version <libcuda>`, which prints
+/// the number) in a process of its own, with an empty environment: the driver's code never
+/// runs in this one.
+pub fn cuda_driver_version_by(helper: &Path, libcuda: &Path) -> Result<i32, SysError> {
+    let output = std::process::Command::new(helper)
+        .arg(libcuda)
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|source| SysError::HelperSpawn {
+            program: helper.to_path_buf(),
+            source,
+        })?;
+    let failed = |reason: String| SysError::Helper {
+        program: helper.to_path_buf(),
+        library: libcuda.to_path_buf(),
+        reason,
+    };
+    if !output.status.success() {
+        let said = String::from_utf8_lossy(&output.stderr);
+        let said = said.trim();
+        return Err(failed(if said.is_empty() {
+            output.status.to_string()
+        } else {
+            format!("{} ({})", said, output.status)
+        }));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.trim()
+        .parse()
+        .map_err(|_| failed(format!("printed {:?}, not a version number", text.trim())))
 }
 
 /// The CUDA driver API version of the `libcuda` at `path`, as `cuDriverGetVersion`
@@ -128,6 +180,50 @@ mod tests {
         let missing = cuda_driver_version(&dir.join("absent.so")).unwrap_err();
         assert!(missing.to_string().contains("absent.so"), "{missing}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_helpers_answer_is_its_number_and_anything_else_is_an_error_naming_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join("libcuda.so.1");
+        let helper = |name: &str, body: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            path
+        };
+        // It is given the library and nothing of this process's environment.
+        let good = helper(
+            "good",
+            &format!(
+                "[ \"$1\" = '{}' ] || exit 9; [ -n \"$HOME$LD_PRELOAD\" ] && exit 8; echo 13000",
+                lib.display()
+            ),
+        );
+        assert_eq!(cuda_driver_version_by(&good, &lib).unwrap(), 13000);
+
+        let failing = helper("failing", "echo 'cannot load it' >&2; exit 1");
+        let e = cuda_driver_version_by(&failing, &lib)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("failing") && e.contains("libcuda.so.1") && e.contains("cannot load it"),
+            "{e}"
+        );
+        let garbage = helper("garbage", "echo twelve");
+        let e = cuda_driver_version_by(&garbage, &lib)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"twelve\""), "{e}");
+        let missing = dir.path().join("nvc-cuda-version");
+        let e = cuda_driver_version_by(&missing, &lib)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("nvc-cuda-version") && e.contains("reinstall"),
+            "{e}"
+        );
     }
 
     fn tempfile_dir() -> PathBuf {

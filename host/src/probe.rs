@@ -92,6 +92,87 @@ impl HostProbe for RealHost {
     }
 }
 
+/// The host as [`RealHost`] reads it, but libcuda is asked its version by a program of
+/// its own ([`CUDA_VERSION_HELPER`], beside the running one), never loaded here: for a
+/// statically linked program (the hook), which cannot load a shared library reliably,
+/// and which then keeps no driver code in its own process. Only a start that finds no
+/// CUDA version in the driver-files cache asks.
+#[derive(Debug, Clone)]
+pub struct HelperHost {
+    /// The program; `None` is [`CUDA_VERSION_HELPER`] beside the running program, looked
+    /// up only when asked.
+    helper: Option<PathBuf>,
+}
+
+/// The name of the program that prints a libcuda's CUDA driver API version
+/// (`nvc-cuda-version <libcuda>`), installed beside `nvc-hook`.
+pub const CUDA_VERSION_HELPER: &str = "nvc-cuda-version";
+
+impl HelperHost {
+    /// Asks through `helper`.
+    pub fn new(helper: &Path) -> HelperHost {
+        HelperHost {
+            helper: Some(helper.to_path_buf()),
+        }
+    }
+
+    /// Asks through [`CUDA_VERSION_HELPER`] in the folder of the running program (the
+    /// host's file, read from `/proc/self/exe`; never one of a container's).
+    pub fn beside_this_program() -> HelperHost {
+        HelperHost { helper: None }
+    }
+
+    fn helper(&self) -> PathBuf {
+        self.helper.clone().unwrap_or_else(|| {
+            std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(|dir| dir.join(CUDA_VERSION_HELPER)))
+                .unwrap_or_else(|| PathBuf::from(CUDA_VERSION_HELPER))
+        })
+    }
+}
+
+impl HostProbe for HelperHost {
+    fn read(&self, path: &Path, limit: usize) -> io::Result<(Vec<u8>, bool)> {
+        RealHost.read(path, limit)
+    }
+
+    fn read_dir(&self, path: &Path) -> io::Result<Vec<OsString>> {
+        RealHost.read_dir(path)
+    }
+
+    fn stat(&self, path: &Path) -> io::Result<Stat> {
+        RealHost.stat(path)
+    }
+
+    fn lstat(&self, path: &Path) -> io::Result<Stat> {
+        RealHost.lstat(path)
+    }
+
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+        RealHost.read_link(path)
+    }
+
+    fn open(&self, path: &Path) -> io::Result<File> {
+        RealHost.open(path)
+    }
+
+    fn is_host_root(&self, path: &Path) -> bool {
+        RealHost.is_host_root(path)
+    }
+
+    fn cuda_driver_version(&self, libcuda: &Path) -> Result<i32, ProbeError> {
+        crate::cuda_driver_version_by(&self.helper(), libcuda).map_err(|e| ProbeError {
+            library: libcuda.to_path_buf(),
+            source: Box::new(e),
+        })
+    }
+
+    fn gpu_details(&self, nvml: &Path, uuids: &[&str]) -> Result<Vec<GpuDetails>, ProbeError> {
+        RealHost.gpu_details(nvml, uuids)
+    }
+}
+
 /// The brand's name as the requirement language spells it.
 fn brand_name(b: Brand) -> String {
     match b {

@@ -70,14 +70,21 @@ impl World {
         world
     }
 
-    /// Writes the config: `driver_and_log` plus `[runtime]` (the fake) and `[hook]`.
+    /// Writes the config: `driver_and_log` plus `[runtime]` (the fake) and the hook's
+    /// `path` (in `driver_and_log`'s `[hook]` where it has one, as a fake tree's config
+    /// does).
     fn write_config(&self, driver_and_log: &str) {
+        let hook = format!("[hook]\npath = {}\n", toml_string(&self.hook));
+        let text = if driver_and_log.contains("[hook]\n") {
+            driver_and_log.replace("[hook]\n", &hook)
+        } else {
+            format!("{driver_and_log}\n{hook}")
+        };
         fs::write(
             &self.config,
             format!(
-                "{driver_and_log}\n[runtime]\nruntimes = [{}]\n\n[hook]\npath = {}\n",
+                "{text}\n[runtime]\nruntimes = [{}]\n",
                 toml_string(&self.runtime),
-                toml_string(&self.hook)
             ),
         )
         .unwrap();
@@ -561,8 +568,12 @@ fn gpu_container_gets_nodes_rules_and_hook() {
 
     // The runtime's timeout follows the configured hook.timeout.
     w.write_config(&driver_and_log);
-    let mut config = fs::OpenOptions::new().append(true).open(&w.config).unwrap();
-    std::io::Write::write_all(&mut config, b"timeout = 100\n").unwrap();
+    let text = fs::read_to_string(&w.config).unwrap();
+    fs::write(
+        &w.config,
+        text.replace("[hook]\n", "[hook]\ntimeout = 100\n"),
+    )
+    .unwrap();
     w.write_spec(&spec);
     ok(&w.shim(&args));
     let edited: Value = serde_json::from_slice(&fs::read(w.spec_path()).unwrap()).unwrap();

@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 carry=.device-carry
 cargo build --release --locked --workspace
-# The shim as it is packaged: static (.cargo/config.toml says why).
+# The shim and the hook as they are packaged: static (.cargo/config.toml says why).
 cargo build-shim-static
+cargo build-hook-static
 mkdir -p "$carry/bin" "$carry/debs"
-cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-fake-driver,nvc-bench,nvc-cri} "$carry/bin/"
+cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-cuda-version,nvc-fake-driver,nvc-bench,nvc-cri} "$carry/bin/"
 git describe --always --dirty >"$carry/commit"
 # A base build to time against (tests/gpu/bench-compare.sh): NVC_OLD_COMMIT=<commit>.
 if [ -n "${NVC_OLD_COMMIT:-}" ]; then

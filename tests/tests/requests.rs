@@ -228,3 +228,64 @@ fn bad_requests_stop_the_container_with_the_reason() {
         );
     }
 }
+
+/// The hook is linked statically and never loads libcuda: the CUDA version a requirement
+/// is checked against comes from `nvc-cuda-version` beside it, asked on a start that finds
+/// no answer in the driver-files cache. Without that program, the start stops and says
+/// which program is missing.
+#[test]
+fn the_cuda_version_comes_from_the_helper_beside_the_hook() {
+    let w = World::new();
+    // A fresh state folder: the first start has no cached CUDA version.
+    let out = w.run(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_REQUIRE_CUDA=cuda>=100.0",
+        ],
+        "echo started",
+    );
+    assert!(!out.success(), "{out:?}");
+    let said = format!("{}{}", out.stderr, out.log);
+    assert!(
+        said.contains("cuda>=100.0") && said.contains("99.1"),
+        "the refusal does not give the driver's CUDA version (99.1, {CUDA_VERSION}): {out:?}"
+    );
+    w.ok(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_REQUIRE_CUDA=cuda>=12.0",
+        ],
+        "echo started",
+    );
+
+    // The same hook program alone in a folder, in a world whose cache is empty.
+    let lone = World::new();
+    let bin = lone.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let hook = bin.join("nvc-hook");
+    std::fs::copy(nvc_tests::workspace_bin("nvc-hook"), &hook).unwrap();
+    let config = lone.dir.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let quoted = |p: &std::path::Path| toml_edit::Value::from(p.display().to_string()).to_string();
+    let old = format!("path = {}", quoted(&nvc_tests::workspace_bin("nvc-hook")));
+    assert!(text.contains(&old), "{text}");
+    std::fs::write(
+        &config,
+        text.replace(&old, &format!("path = {}", quoted(&hook))),
+    )
+    .unwrap();
+    let out = lone.run(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_REQUIRE_CUDA=cuda>=12.0",
+        ],
+        "echo started",
+    );
+    assert!(!out.success(), "started without nvc-cuda-version: {out:?}");
+    let said = format!("{}{}", out.stderr, out.log);
+    assert!(
+        said.contains(&bin.join("nvc-cuda-version").display().to_string())
+            && said.contains("reinstall nvc"),
+        "the missing program is not named: {out:?}"
+    );
+}

@@ -140,7 +140,13 @@ fn run_hook_in(read_only: Option<&Path>, args: &[&str], state: &Value) -> (bool,
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), state.to_string().as_bytes()).unwrap();
+    // A hook that refuses before it reads its state closes the pipe: its answer is what
+    // counts, not whether the state got written.
+    let wrote =
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), state.to_string().as_bytes());
+    if let Err(e) = wrote {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
     drop(child.stdin.take());
     let out = child.wait_with_output().unwrap();
     (
