@@ -45,6 +45,12 @@ req=$(ctr 'NVIDIA_VISIBLE_DEVICES=all;NVIDIA_REQUIRE_CUDA=cuda>=99.0' 'echo star
 echo "$req"
 check "unmet requirement: container does not start" test -z "$(grep -x started <<<"$req")"
 check "unmet requirement: the reason reaches the user" grep -q 'cuda>=99.0' <<<"$req"
+# The static hook asks libcuda through nvc-cuda-version: the version it got is the one
+# nvidia-smi reports.
+smi=$(command -v nvidia-smi || echo /usr/local/nvidia/bin/nvidia-smi)
+cuda=$("$smi" | grep -o 'CUDA Version: [0-9.]*' | awk '{print $3}')
+echo "nvidia-smi: CUDA $cuda"
+check "unmet requirement: it gives the driver's CUDA version" grep -qF "$cuda" <<<"${req//cuda>=99.0/}"
 
 echo; echo "--- the device plugin's volume-mounts strategy, the environment not trusted"
 { cat "$work/config.toml"; printf '[requests]\naccept-envvar-when-unprivileged = false\naccept-devices-as-volume-mounts = true\n'; } >"$work/secure.toml"
