@@ -361,7 +361,9 @@ fn support_files_config_and_sockets() {
     assert_eq!(
         config,
         format!(
-            "[driver]\nroot = \"{0}/root\"\ndev-root = \"{0}/root\"\nproc-root = \"{0}/proc\"\n\n[log]\nfile = \"{0}/nvc.log\"\nlevel = \"debug\"\n",
+            "[driver]\nroot = \"{0}/root\"\ndev-root = \"{0}/root\"\nproc-root = \"{0}/proc\"\n\n\
+             [hook]\nstate-dir = \"{0}/state\"\n\n[log]\nfile = \"{0}/nvc.log\"\nlevel = \"debug\"\n\n\
+             [leases]\ndir = \"{0}/leases\"\n",
             driver.dir.display()
         )
     );
