@@ -10,7 +10,9 @@ use nvc_config::Config;
 use nvc_host::attach::{AttachError, AttachRecord};
 use nvc_host::devcgroup::{DevCgroupError, DeviceCgroup};
 use nvc_host::probe::RealHost;
+use nvc_host::proc_mask::ProcMask;
 use nvc_host::setup::{SetupError, Target};
+use nvc_host::trace::Addition;
 use serde::Deserialize;
 
 /// Options of `nvc attach` and `nvc detach`.
@@ -195,6 +197,10 @@ struct Context {
     record_path: PathBuf,
     record: AttachRecord,
     update_ldcache: bool,
+    /// `[hook] state-dir` and `path`: the container's no-trace record, and whether its
+    /// spec runs nvc's poststop hook.
+    state_dir: PathBuf,
+    hook_path: PathBuf,
 }
 
 fn context(args: &AttachArgs) -> Result<Context, AttachCliError> {
@@ -217,6 +223,8 @@ fn context(args: &AttachArgs) -> Result<Context, AttachCliError> {
         record_path,
         record,
         update_ldcache: config.ldcache.update,
+        state_dir: config.hook.state_dir.clone(),
+        hook_path: config.hook.path.clone(),
     })
 }
 
@@ -228,6 +236,8 @@ pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
         record_path,
         mut record,
         update_ldcache,
+        state_dir,
+        hook_path,
     } = context(args)?;
     let mut edits = plan.edits.clone();
     // The mask shows the container's own GPUs, those attached before, and these.
@@ -260,7 +270,34 @@ pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
         }
     }
     record.save(&record_path)?;
-    let done = nvc_host::attach::attach(&plan.driver, &edits, &target)?;
+    // What is made in the rootfs goes into the container's no-trace record, for its
+    // poststop hook to take away; opened here, in the host's mount namespace.
+    let undo_hook = libnvc::oci::spec::has_undo_hook(&plan.spec, &hook_path);
+    let addition = match undo_hook {
+        true => match Addition::open(
+            &state_dir,
+            &args.id,
+            &state.bundle,
+            &state.rootfs,
+            state.pid,
+        ) {
+            Ok(addition) => Some(addition),
+            Err(e) => {
+                log::warn!("{}", libnvc::report::error_chain(&e));
+                None
+            }
+        },
+        false => None,
+    };
+    let (done, trace) = nvc_host::attach::attach(&plan.driver, &edits, &target)?;
+    let recorded = match addition.map(|a| a.save(&trace)) {
+        Some(Ok(())) => true,
+        Some(Err(e)) => {
+            log::warn!("{}", libnvc::report::error_chain(&e));
+            false
+        }
+        None => false,
+    };
     let nodes: Vec<String> = done
         .device_nodes
         .iter()
@@ -273,6 +310,16 @@ pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
         nodes.join(", "),
         done.mounts.len()
     );
+    if !trace.made.is_empty() && !recorded {
+        println!(
+            "note: the mount points and links nvc made stay in the container's root \
+             filesystem after it ends{}",
+            match undo_hook {
+                false => " (it has no nvc poststop hook: it was not started through nvc-runtime with a GPU or NVIDIA_VISIBLE_DEVICES=none)",
+                true => " (its record could not be written: see nvc's log)",
+            }
+        );
+    }
     Ok(())
 }
 
@@ -293,8 +340,18 @@ pub fn detach(args: &AttachArgs) -> Result<(), AttachCliError> {
     let removed_bus: Vec<&String> = plan.edits.visible_gpus.iter().collect();
     record.gpus.retain(|b| !removed_bus.contains(&b));
     let cgroup = record.device_cgroup(DeviceCgroup::from_spec(&plan.spec)?);
-    let done = nvc_host::attach::detach(state.pid, &state.rootfs, &plan.gpu_nodes, &cgroup)?;
+    // The GPUs whose folders its /proc/driver/nvidia keeps showing.
+    let mut kept = plan.spec_gpus.clone();
+    kept.extend(record.gpus.iter().cloned());
+    kept.retain(|b| !removed_bus.contains(&b));
+    let mut seen = std::collections::HashSet::new();
+    kept.retain(|b| seen.insert(b.clone()));
+    let mask =
+        ProcMask::prepare(&plan.driver.roots.nvidia_proc(), &kept).map_err(AttachError::from)?;
+    // Saved before detaching, which enters the container's mount namespace: a grant the
+    // record still listed would come back with the next change on cgroup v2.
     record.save(&record_path)?;
+    let done = nvc_host::attach::detach(state.pid, &state.rootfs, &plan.gpu_nodes, &cgroup, mask)?;
     let paths: Vec<String> = done.iter().map(|d| d.path.display().to_string()).collect();
     println!(
         "detached {} from {}: removed {} and revoked them in its device cgroup; the driver's files stay in the container",

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::container::{self, ContainerRoot, FileKind, Filesystem, FsError};
 use crate::devcgroup::{self, CharDevice, DevCgroupError, DeviceCgroup};
 use crate::files::{self, FileError, WriteOptions};
+use crate::proc_mask::ProcMask;
 use crate::setup::Target;
 
 /// Where the records of what nvc attached live, in nvc's state folder (`[hook]
@@ -180,14 +181,15 @@ impl AttachRecord {
 }
 
 /// Attaches the GPUs of `edits` to the running container `target` (whose
-/// [`Target::running`] must be set) with [`crate::setup::set_up`]. Must run
-/// single-threaded; enters the container's mount namespace.
+/// [`Target::running`] must be set) with [`crate::setup::set_up_noted`]: the edits made,
+/// and what was made in the rootfs for the container's record ([`crate::trace::add`]).
+/// Must run single-threaded; enters the container's mount namespace.
 pub fn attach(
     driver: &libnvc::discover::Driver,
     edits: &ContainerEdits,
     target: &Target,
-) -> Result<ContainerEdits, crate::setup::SetupError> {
-    crate::setup::set_up(driver, edits, target)
+) -> Result<(ContainerEdits, crate::trace::Trace), crate::setup::SetupError> {
+    crate::setup::set_up_noted(driver, edits, target)
 }
 
 /// What [`detach`] did to one node.
@@ -203,13 +205,16 @@ pub struct Detached {
 
 /// Takes `nodes` out of the running container whose init is `pid` (`rootfs` names it in
 /// messages): each is revoked in its device cgroup (`cgroup`: the rules that stay, see
-/// [`devcgroup::prepare_revoke`]), unmounted and removed from its `/dev`. Must run
+/// [`devcgroup::prepare_revoke`]), unmounted and removed from its `/dev`; then its
+/// `/proc/driver/nvidia` mask is replaced by `mask` (prepared in the host's namespace
+/// with the GPUs it keeps), so that the folders of the GPUs taken out go too. Must run
 /// single-threaded; enters the container's mount namespace.
 pub fn detach(
     pid: i32,
     rootfs: &Path,
     nodes: &[DeviceNode],
     cgroup: &DeviceCgroup,
+    mask: Option<ProcMask>,
 ) -> Result<Vec<Detached>, AttachError> {
     let devices: Vec<CharDevice> = nodes
         .iter()
@@ -242,6 +247,12 @@ pub fn detach(
             unmounted,
             removed,
         });
+    }
+    if let Some(mask) = mask {
+        unmask(&root, &host_proc)?;
+        let shown = mask.gpus().count();
+        let masked = mask.apply(&root)?;
+        info!("/proc/driver/nvidia shows {shown} GPU folders now: {masked:?}");
     }
     Ok(done)
 }

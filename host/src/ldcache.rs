@@ -78,7 +78,10 @@ pub fn update_noted(
         Err(e) => {
             // Only a cache that is not there at all is known to be restored by removal.
             unknown = !matches!(e, FsError::NotFound { .. });
-            debug!("no usable {LD_CACHE} in the image: {e}");
+            debug!(
+                "no usable {LD_CACHE} in the image: {}",
+                libnvc::report::error_chain(&e)
+            );
         }
     }
     let mut seen = HashSet::new();

@@ -407,6 +407,85 @@ fn remove_folder(parent: &OwnedFd, name: &str, path: &Path) {
     }
 }
 
+/// The record of a running container, opened for `nvc attach` to add what it makes
+/// ([`Addition::save`]): its prestart hook's, or a new one where it has none (it started
+/// with no driver files). Opened in the host's mount namespace, before attaching enters
+/// the container's, and written through file descriptors after; the rootfs's lock
+/// ([`lock_rootfs`]) is held from one to the other.
+#[derive(Debug)]
+pub struct Addition {
+    _lock: RootfsLock,
+    to: AddTo,
+}
+
+#[derive(Debug)]
+enum AddTo {
+    New(RecordDir),
+    Existing {
+        parent: OwnedFd,
+        dir: PathBuf,
+        found: Found,
+    },
+}
+
+impl Addition {
+    /// Opens the record of container `id` of `bundle`, whose rootfs is `rootfs` and
+    /// init `pid` (a record of an earlier container of the same name is replaced).
+    pub fn open(
+        state_dir: &Path,
+        id: &str,
+        bundle: &Path,
+        rootfs: &Path,
+        pid: i32,
+    ) -> Result<Addition, TraceError> {
+        let lock = lock_rootfs(state_dir, rootfs)?;
+        let st = rustix::fs::stat(rootfs).map_err(io("stat", rootfs))?;
+        let (dir, parent) = containers_dir(state_dir)?;
+        let name = folder_name(id, bundle, (st.st_dev, st.st_ino));
+        let found = read_record(&parent, &dir, &name)?.filter(|found| {
+            found.record.pid == pid && start_time(pid) == Some(found.record.pid_start)
+        });
+        let to = match found {
+            Some(found) => AddTo::Existing { parent, dir, found },
+            None => AddTo::New(RecordDir::create(state_dir, id, bundle, rootfs, pid)?),
+        };
+        Ok(Addition { _lock: lock, to })
+    }
+
+    /// Adds `trace` to the record. The image's ld.so.cache stays the one kept: the
+    /// cache written now is the one the poststop hook expects to find.
+    pub fn save(self, trace: &Trace) -> Result<(), TraceError> {
+        let (parent, dir, mut found) = match self.to {
+            AddTo::New(record) => return record.save(trace),
+            AddTo::Existing { parent, dir, found } => (parent, dir, found),
+        };
+        if trace.is_empty() {
+            return Ok(());
+        }
+        found.record.made.extend(trace.made.iter().cloned());
+        let mut original = None;
+        if let Some(change) = &trace.ldcache {
+            let written = CacheNote {
+                had_one: change.original.is_some(),
+                written_len: change.written.len() as u64,
+                written_hash: fnv1a(&change.written),
+            };
+            match &mut found.record.ldcache {
+                // The image's is kept already; the one written now replaced the hook's.
+                Some(note) => {
+                    note.written_len = written.written_len;
+                    note.written_hash = written.written_hash;
+                }
+                None => {
+                    found.record.ldcache = Some(written);
+                    original = Some(change.original.clone());
+                }
+            }
+        }
+        hand_over(&parent, &dir, &found, original)
+    }
+}
+
 /// What [`undo`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Undone {
@@ -421,6 +500,7 @@ pub struct Undone {
 }
 
 /// A record read back, with its folder.
+#[derive(Debug)]
 struct Found {
     name: String,
     record: Record,

@@ -143,6 +143,11 @@ fn attach_two_gpus_then_detach_one() {
 
     let said = w.nvc_ok("attach", &id, "0");
     assert!(said.contains(&format!("/dev/nvidia{m0}")), "{said}");
+    // No nvc poststop hook in its spec: the files stay after it, and attach says so.
+    assert!(
+        said.contains("stay in the container's root filesystem after it ends"),
+        "{said}"
+    );
     let n0 = format!("/dev/nvidia{m0}");
     let n1 = format!("/dev/nvidia{m1}");
     let out = w
@@ -259,4 +264,77 @@ fn attach_refuses_what_it_cannot_change() {
     let err = w.nvc_refused("detach", &stopped, "0");
     assert!(err.contains("is stopped, not running"), "{err}");
     assert!(Path::new(&w.rt.state_root).is_dir());
+}
+
+/// A container whose spec runs nvc-hook at prestart and at poststop and asks for no GPU,
+/// as Podman's hooks.d file gives every container: what `nvc attach` makes in its rootfs
+/// (mount points, links, the ld.so.cache) goes into its no-trace record, and the poststop
+/// hook takes it away when the container ends; the rootfs is as it was.
+#[test]
+fn what_attach_makes_is_taken_away_when_the_container_ends() {
+    let w = World::new();
+    // runc's own mount points first, from a container of its own.
+    let settle = w.container("settle", &[], "true", true);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !w.rt.state(&settle).stdout.contains("\"stopped\"") {
+        assert!(
+            Instant::now() < deadline,
+            "the settling container never ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.rt.delete(&settle).assert_success();
+    let before = nvc_tests::tree_digest(&w.setup.rootfs.path);
+
+    let hook = nvc_tests::workspace_bin("nvc-hook");
+    let entry = |stage: &str| {
+        serde_json::json!({
+            "path": hook,
+            "args": ["nvc-hook", stage],
+            "env": [
+                libnvc::plan::HOOK_PATH_ENV,
+                format!("NVC_CONFIG={}", w.setup.config.display()),
+            ],
+        })
+    };
+    let bundle = w
+        .setup
+        .bundle("hooked", &[], "sleep 600")
+        .set(
+            "/hooks",
+            serde_json::json!({"prestart": [entry("prestart")], "poststop": [entry("poststop")]}),
+        )
+        .write()
+        .unwrap();
+    let id = nvc_tests::container_id("nvc-attach");
+    w.rt.create(&bundle, &id).assert_success();
+    w.rt.start(&id).assert_success();
+    let said = w.nvc_ok("attach", &id, "0");
+    assert!(!said.contains("stay in the container"), "{said}");
+    // The cache lists the driver and keeps the image's own entries (read through the
+    // host's procfs: the container's /proc cannot reopen a file for nvc).
+    let inside = w
+        .exec(&id, &format!("ls {LIB}/libcuda.so.1 && ldconfig -p"))
+        .stdout
+        .clone();
+    assert!(
+        inside.contains(&format!(
+            "libcuda.so.1 (libc6,x86-64) => {LIB}/libcuda.so.1"
+        )),
+        "{inside}"
+    );
+    assert!(
+        inside.contains("libc.so.6 (libc6,x86-64)"),
+        "the image's entries: {inside}"
+    );
+    assert_ne!(nvc_tests::tree_digest(&w.setup.rootfs.path), before);
+
+    // runc runs the poststop hook when it deletes the container.
+    w.rt.delete(&id).assert_success();
+    assert_eq!(
+        nvc_tests::tree_digest(&w.setup.rootfs.path),
+        before,
+        "{}",
+        w.setup.nvc_log()
+    );
 }

@@ -326,6 +326,9 @@ pub fn enter_mount_namespace(pid: i32) -> Result<(), FsError> {
     if own == theirs {
         return Err(FsError::OwnNamespace { pid });
     }
+    // Inside, `/proc` is the container's once it has pivoted (a running container's, for
+    // `nvc attach`): files are reopened through the host's, kept from here.
+    crate::container::read::keep_host_proc().map_err(|e| fail("open /proc before entering", e))?;
     match rustix::thread::move_into_thread_name_spaces(
         pidfd.as_fd(),
         rustix::thread::ThreadNameSpaceType::MOUNT,

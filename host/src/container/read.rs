@@ -96,8 +96,38 @@ impl ContainerRoot {
     }
 }
 
+/// The host's procfs, opened before this process entered a container's mount
+/// namespace ([`keep_host_proc`]).
+static HOST_PROC: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
+
+/// Keeps the host's `/proc` open for [`reopen`]: called in the host's mount namespace,
+/// before entering a container's, where `/proc` may be the container's own procfs (whose
+/// `self` does not name a process outside its pid namespace) or anything it mounted.
+pub(crate) fn keep_host_proc() -> Result<(), Errno> {
+    if HOST_PROC.get().is_none() {
+        let proc = rustix::fs::open(
+            "/proc",
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let _ = HOST_PROC.set(proc);
+    }
+    Ok(())
+}
+
 /// Opens the inode an `O_PATH` fd holds, with `flags`, through the host's procfs.
 fn reopen(fd: &OwnedFd, flags: OFlags) -> Result<OwnedFd, Errno> {
-    let magic = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    rustix::fs::open(magic, flags, Mode::empty())
+    match HOST_PROC.get() {
+        Some(proc) => rustix::fs::openat(
+            proc,
+            format!("self/fd/{}", fd.as_raw_fd()),
+            flags,
+            Mode::empty(),
+        ),
+        None => rustix::fs::open(
+            format!("/proc/self/fd/{}", fd.as_raw_fd()),
+            flags,
+            Mode::empty(),
+        ),
+    }
 }

@@ -414,6 +414,20 @@ pub fn has_driver_hook(spec: &Value, hook: &HookEntry) -> Result<bool, SpecError
     hooks_include(top(spec)?, hook)
 }
 
+/// Whether `spec` runs nvc's hook (`hook_path`, or a program named `nvc-hook`) at
+/// `hooks.poststop`, where it takes away what nvc made in the rootfs: as `nvc-hook
+/// poststop` (the shim's), or as the prestart command a hooks.d file lists for both
+/// stages. A spec that cannot be read as one has none.
+pub fn has_undo_hook(spec: &Value, hook_path: &Path) -> bool {
+    spec.pointer("/hooks/poststop")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.get("path").and_then(Value::as_str))
+        .map(Path::new)
+        .any(|path| path == hook_path || path.file_name().is_some_and(|n| n == "nvc-hook"))
+}
+
 fn hooks_include(top: &Map<String, Value>, hook: &HookEntry) -> Result<bool, SpecError> {
     let Some(hooks) = object(top, "hooks", "hooks")? else {
         return Ok(false);
