@@ -77,10 +77,14 @@ attach=$("$carry/bin/nvc" attach --root "$state" --runtime /usr/local/sbin/runc 
 after=$(runc --root "$state" exec plain sh -c 'nvidia-smi -L; vadd' 2>&1); echo "$after"
 check "after nvc attach: nvidia-smi -L inside equals the host's" test "$(grep '^GPU ' <<<"$after")" = "$host_l"
 check "after nvc attach: the CUDA vector add and matmul are right" grep -q 'result=OK' <<<"$after"
+shown=$(runc --root "$state" exec plain sh -c 'ls /proc/driver/nvidia/gpus | wc -l; grep ModifyDeviceFiles /proc/driver/nvidia/params'); echo "$shown"
+check "after nvc attach: /proc/driver/nvidia shows its GPU, device files not modifiable" \
+    eval 'test "$(head -1 <<<"$shown")" = 1 && grep -q "ModifyDeviceFiles: 0" <<<"$shown"'
 detach=$("$carry/bin/nvc" detach --root "$state" --runtime /usr/local/sbin/runc plain --gpus "$uuid" 2>&1); echo "$detach"
-gone=$(runc --root "$state" exec plain sh -c 'ls /dev/nvidia0 2>&1; vadd 2>&1 | tail -1'); echo "$gone"
+gone=$(runc --root "$state" exec plain sh -c 'ls /dev/nvidia0 2>&1; vadd 2>&1 | tail -1; echo folders=$(ls /proc/driver/nvidia/gpus | wc -l)'); echo "$gone"
 check "after nvc detach: the GPU's node is gone and CUDA finds no GPU" \
     eval 'grep -q "No such file" <<<"$gone" && ! grep -q "result=OK" <<<"$gone"'
+check "after nvc detach: /proc/driver/nvidia shows no GPU folder" grep -q 'folders=0' <<<"$gone"
 runc --root "$state" kill plain KILL >/dev/null 2>&1; sleep 0.5; runc --root "$state" delete --force plain >/dev/null 2>&1
 
 echo; echo "--- no trace: a GPU container's writable rootfs, before and after"
@@ -96,6 +100,29 @@ check "the GPU container ran (nvidia-smi and CUDA)" eval 'grep -q "^GPU " <<<"$r
 listing >"$work/after"
 diff "$work/before" "$work/after" && echo "(no difference)"
 check "after it ended, its rootfs is as it was (files, links, ld.so.cache)" cmp -s "$work/before" "$work/after"
+
+echo; echo "--- no trace after nvc attach: a container that runs nvc-hook at both stages (hooks.d) and asks for no GPU"
+h=$work/hooked
+bundle "$h" "" 'sleep 300' >/dev/null && writable "$h"
+python3 - "$h/config.json" "$carry/bin/nvc-hook" "$NVC_CONFIG" <<'PY'
+import json, sys
+path, hook, config = sys.argv[1:]
+c = json.load(open(path))
+entry = lambda stage: {"path": hook, "args": ["nvc-hook", stage],
+                       "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "NVC_CONFIG=" + config]}
+c["hooks"] = {"prestart": [entry("prestart")], "poststop": [entry("poststop")]}
+json.dump(c, open(path, "w"), indent=1)
+PY
+t=$h
+listing >"$work/hooked-before"
+(cd "$h" && runc --root "$state" create hooked >/dev/null 2>&1 </dev/null && runc --root "$state" start hooked) 2>&1
+attach=$("$carry/bin/nvc" attach --root "$state" --runtime /usr/local/sbin/runc hooked --gpus "$uuid" 2>&1); echo "$attach"
+inside=$(runc --root "$state" exec hooked sh -c 'nvidia-smi -L; vadd' 2>&1); echo "$inside"
+check "attached to a hooks.d container: nvidia-smi and CUDA work" eval 'grep -q "^GPU " <<<"$inside" && grep -q result=OK <<<"$inside"'
+runc --root "$state" kill hooked KILL >/dev/null 2>&1; sleep 0.5; runc --root "$state" delete --force hooked 2>&1
+listing >"$work/hooked-after"
+diff "$work/hooked-before" "$work/hooked-after" && echo "(no difference)"
+check "after it ended, what nvc attach made is gone (files, links, ld.so.cache)" cmp -s "$work/hooked-before" "$work/hooked-after"
 
 cp "$out/nvc.log" "$out/nvc-features.log" 2>/dev/null
 echo; [ $fail = 0 ] && echo "ALL PASSED" || echo "SOME FAILED"
