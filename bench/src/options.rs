@@ -57,6 +57,9 @@ the hook alone; prints Markdown tables.
                        (another build's target/release), alternated in the same rounds
   --run-dir DIR        where bundles and runc's state go (default: /run or /dev/shm
                        when tmpfs, as engines keep them there; else the work directory)
+  --debug-log          nvc's log at debug level (info by default), so that every hook
+                       run logs its phases in <work>/nvc.log with its bundle: to find
+                       where time goes, not for the tables (logging costs time)
   -h, --help           this text
 ";
 
@@ -97,6 +100,8 @@ pub struct Options {
     pub quick: bool,
     /// Another build's folder to time against.
     pub baseline: Option<PathBuf>,
+    /// nvc's log at debug level.
+    pub debug_log: bool,
 }
 
 impl Default for Options {
@@ -119,6 +124,7 @@ impl Default for Options {
             run_dir: None,
             quick: false,
             baseline: None,
+            debug_log: false,
         }
     }
 }
@@ -169,6 +175,7 @@ where
             }
             "--real" => o.real = true,
             "--quick" => o.quick = true,
+            "--debug-log" => o.debug_log = true,
             "--rootfs" => o.rootfs = Some(PathBuf::from(value()?)),
             "--runc" => o.runc = Some(PathBuf::from(value()?)),
             "--out" => o.out = Some(PathBuf::from(value()?)),

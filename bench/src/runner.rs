@@ -171,6 +171,8 @@ pub struct Bench {
     state: PathBuf,
     log: PathBuf,
     next: Cell<u64>,
+    /// nvc's log at debug level (`--debug-log`), in every configuration written.
+    pub debug_log: bool,
 }
 
 impl Bench {
@@ -194,6 +196,7 @@ impl Bench {
             state,
             log: work.join("nvc.log"),
             next: Cell::new(0),
+            debug_log: false,
         })
     }
 
@@ -218,6 +221,9 @@ impl Bench {
             config.hook.state_dir = self.runtime_dir().join("nvc");
             config.leases.dir = self.runtime_dir().join("nvc/leases");
             config.log.file = self.log.clone();
+            if self.debug_log {
+                config.log.level = nvc_config::LogLevel::Debug;
+            }
             let path = self.work.join(format!("{name}.{suffix}.toml"));
             let text = toml::to_string(&config).map_err(|source| BenchError::Config {
                 path: path.clone(),
@@ -245,13 +251,14 @@ impl Bench {
         let write = |suffix: &str, runtime: &Path| -> Result<PathBuf, BenchError> {
             let text = format!(
                 "[driver]\nroot = {}\ndev-root = {}\nproc-root = {}\n\n[runtime]\nruntimes = [{}]\n\n\
-                 [hook]\npath = {}\n\n[log]\nfile = {}\nlevel = \"info\"\n",
+                 [hook]\npath = {}\n\n[log]\nfile = {}\nlevel = \"{}\"\n",
                 quote(&driver.root),
                 quote(&driver.dev_root),
                 quote(&driver.proc_root),
                 quote(runtime),
                 quote(hook),
                 quote(&self.log),
+                if self.debug_log { "debug" } else { "info" },
             );
             let path = self.work.join(format!("{name}.{suffix}.toml"));
             std::fs::write(&path, text).map_err(BenchError::io("write", &path))?;

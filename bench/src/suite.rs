@@ -94,7 +94,8 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
             .find(|d| d.is_dir() && host::fs_type(&mountinfo, d) == "tmpfs")
             .unwrap_or_else(|| work.to_path_buf()),
     };
-    let bench = Bench::new(work, &runtime_parent, programs)?;
+    let mut bench = Bench::new(work, &runtime_parent, programs)?;
+    bench.debug_log = options.debug_log;
     let host = Host::probe(&bench.programs.runc);
     let load_before = host::load_average();
 
@@ -147,7 +148,13 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
             ),
         ]);
     }
-    env.row(["nvc log", "info level, to a file"]);
+    env.row([
+        "nvc log",
+        match options.debug_log {
+            true => "debug level (--debug-log), to a file",
+            false => "info level, to a file",
+        },
+    ]);
     let runtime_dir = suite.bench.runtime_dir();
     env.row([
         "bundles and runc state".to_string(),

@@ -109,6 +109,11 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
     if state.pid <= 0 {
         return Err(HookError::NoPid);
     }
+    log::debug!(
+        "prestart of container {} in {}",
+        state.id,
+        state.bundle.display()
+    );
     phases.mark("state");
 
     let source = ConfigSource {

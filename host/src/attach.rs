@@ -182,7 +182,7 @@ impl AttachRecord {
 
 /// Attaches the GPUs of `edits` to the running container `target` (whose
 /// [`Target::running`] must be set) with [`crate::setup::set_up_noted`]: the edits made,
-/// and what was made in the rootfs for the container's record ([`crate::trace::add`]).
+/// and what was made in the rootfs for the container's record ([`crate::trace::Addition`]).
 /// Must run single-threaded; enters the container's mount namespace.
 pub fn attach(
     driver: &libnvc::discover::Driver,
