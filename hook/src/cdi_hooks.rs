@@ -3,13 +3,12 @@
 //! `libnvc::cdi::hooks` and `nvc_host::cdi_hooks`, which say why they work on the rootfs
 //! path in the namespace they start in, and never enter another).
 
-use std::process::ExitCode;
-
 use libnvc::cdi::hooks::CdiHook;
 use nvc_host::cdi_hooks::CdiHookError;
 
-/// Runs `mode` when it is a CDI hook's; `None` leaves it to the other modes.
-pub fn dispatch(mode: &str) -> Option<ExitCode> {
+/// Runs `mode` when it is a CDI hook's (`Some(success)`); `None` leaves it to the other
+/// modes.
+pub fn dispatch(mode: &str) -> Option<bool> {
     if !CdiHook::is_mode(mode) {
         return None;
     }
@@ -24,17 +23,17 @@ pub fn dispatch(mode: &str) -> Option<ExitCode> {
         ),
     ) {
         eprintln!("nvc-hook {mode}: cannot set the hook's deadline: {e}");
-        return Some(ExitCode::FAILURE);
+        return Some(false);
     }
     let args: Vec<String> = std::env::args().skip(2).collect();
     Some(match run(mode, &args) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => true,
         Err(e) => {
             eprintln!(
                 "nvc-hook {mode}: {}",
                 libnvc::report::shorten(&libnvc::report::error_chain(&e))
             );
-            ExitCode::FAILURE
+            false
         }
     })
 }

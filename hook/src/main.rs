@@ -2,16 +2,20 @@
 //! driver into the container (see `nvc_host::setup`). Any failure is one line on stderr,
 //! which runc shows the user, and a non-zero exit, which makes runc abort the container.
 
+#![no_main]
+
 mod cdi_hooks;
 mod poststop;
 mod run;
 
-use std::process::ExitCode;
+// Entered from the C runtime: see nvc_host::entry.
+nvc_host::c_main!(hook_main);
 
-fn main() -> ExitCode {
+/// The hook; `false` when it failed.
+fn hook_main() -> bool {
     let mode = std::env::args().nth(1).unwrap_or_default();
-    if let Some(status) = cdi_hooks::dispatch(&mode) {
-        return status;
+    if let Some(ok) = cdi_hooks::dispatch(&mode) {
+        return ok;
     }
     let result = match mode.as_str() {
         "prestart" | "createRuntime" => {
@@ -22,13 +26,13 @@ fn main() -> ExitCode {
         other => Err(run::HookError::Usage(other.to_string())),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => true,
         Err(e) => {
             let msg = libnvc::report::error_chain(&e);
             let msg = libnvc::report::shorten(&msg);
             log::error!("{msg}");
             eprintln!("nvc-hook: {msg}");
-            ExitCode::FAILURE
+            false
         }
     }
 }

@@ -10,6 +10,7 @@
 //!   and the one [`proc_mask::ProcMask`];
 //! - [`attach`]: GPUs added to and taken from a running container (`nvc attach`);
 //! - [`cgroup`] and [`devcgroup`]: the container's device cgroup (v1 file, v2 programs);
+//! - [`entry`]: the C entry point of the programs on the start path;
 //! - [`files`]: the one atomic file writer, [`logging`]: the log file, [`deadline`]: the
 //!   hook's alarm, [`phases`]: where a hook's time goes, in the debug log;
 //! - [`leases`]: which running container holds which GPU, shared or exclusively.
@@ -25,6 +26,7 @@ pub mod compat;
 pub mod container;
 pub mod deadline;
 pub mod devcgroup;
+pub mod entry;
 pub mod files;
 pub mod files_cache;
 pub mod ldcache;

@@ -11,6 +11,8 @@
 //! It never writes to stdout (runc's caller owns it). A failure is one line on stderr,
 //! in runc's `--log` file in runc's format, and in nvc's log; the exit status is 1.
 
+#![no_main]
+
 mod bundle;
 mod error;
 mod report;
@@ -19,7 +21,6 @@ mod triage;
 
 use std::convert::Infallible;
 use std::ffi::OsString;
-use std::process::ExitCode;
 
 use libnvc::oci::runc_args::{self, RuncArgs};
 use nvc_config::Config;
@@ -27,14 +28,18 @@ use nvc_config::Config;
 use crate::error::ShimError;
 use libnvc::plan::ConfigSource;
 
-fn main() -> ExitCode {
+// Entered from the C runtime: see nvc_host::entry.
+nvc_host::c_main!(shim_main);
+
+/// The shim; `false` when it failed (it execs the runtime otherwise).
+fn shim_main() -> bool {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let runc = runc_args::scan(&args);
     match run(&runc, &args) {
         Ok(never) => match never {},
         Err(e) => {
             report::error(&e, &runc);
-            ExitCode::FAILURE
+            false
         }
     }
 }
