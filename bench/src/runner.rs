@@ -506,21 +506,24 @@ impl Bench {
             .current_dir(&dir);
         let measured = self.timed(&mut command, &dir, Some(stdin));
         drop(helper);
+        // What runc does once the container is gone, untimed: the poststop hook ends the
+        // container's lease and takes its record and mount points away. A baseline build
+        // runs with the default state folder (the host's /run/nvc) and may have none: its
+        // failure is not this build's.
+        let ended = self.poststop(hook, config, &dir, &state_json);
         if program.is_none() {
-            // What runc does once the container is gone, untimed: the poststop hook ends
-            // the container's lease and takes its record and mount points away. (Older
-            // builds given as `program` have no poststop hook and keep no state.)
-            self.poststop(config, &dir, &state_json)?;
+            ended?;
         }
         remove(&dir)?;
         remove(&container_rootfs)?;
         measured
     }
 
-    /// Runs this build's hook as the poststop hook of the container whose prestart state
-    /// was `state`, in bundle `dir`.
+    /// Runs `hook` as the poststop hook of the container whose prestart state was
+    /// `state`, in bundle `dir`.
     fn poststop(
         &self,
+        hook: &Path,
         config: &Path,
         dir: &Path,
         state: &serde_json::Value,
@@ -530,7 +533,7 @@ impl Bench {
         let path = dir.join("state.json");
         std::fs::write(&path, state.to_string()).map_err(BenchError::io("write", &path))?;
         let stdin = File::open(&path).map_err(BenchError::io("open", &path))?;
-        let mut command = Command::new(&self.programs.hook);
+        let mut command = Command::new(hook);
         command
             .arg("poststop")
             .env_clear()
