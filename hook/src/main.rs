@@ -2,14 +2,22 @@
 //! driver into the container (see `nvc_host::setup`). Any failure is one line on stderr,
 //! which runc shows the user, and a non-zero exit, which makes runc abort the container.
 
-#![no_main]
+// The C runtime enters at nvc_host::c_main!; a unit-test build has the harness's main.
+#![cfg_attr(not(test), no_main)]
 
 mod cdi_hooks;
 mod poststop;
 mod run;
 
 // Entered from the C runtime: see nvc_host::entry.
+#[cfg(not(test))]
 nvc_host::c_main!(hook_main);
+
+// The unit-test harness replaces it; it keeps the hook's code reachable there.
+#[cfg(test)]
+fn main() {
+    hook_main();
+}
 
 /// The hook; `false` when it failed.
 fn hook_main() -> bool {

@@ -11,7 +11,8 @@
 //! It never writes to stdout (runc's caller owns it). A failure is one line on stderr,
 //! in runc's `--log` file in runc's format, and in nvc's log; the exit status is 1.
 
-#![no_main]
+// The C runtime enters at nvc_host::c_main!; a unit-test build has the harness's main.
+#![cfg_attr(not(test), no_main)]
 
 mod bundle;
 mod error;
@@ -29,7 +30,14 @@ use crate::error::ShimError;
 use libnvc::plan::ConfigSource;
 
 // Entered from the C runtime: see nvc_host::entry.
+#[cfg(not(test))]
 nvc_host::c_main!(shim_main);
+
+// The unit-test harness replaces it; it keeps the shim's code reachable there.
+#[cfg(test)]
+fn main() {
+    shim_main();
+}
 
 /// The shim; `false` when it failed (it execs the runtime otherwise).
 fn shim_main() -> bool {
