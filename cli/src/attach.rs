@@ -228,6 +228,18 @@ fn context(args: &AttachArgs) -> Result<Context, AttachCliError> {
     })
 }
 
+/// The bus ids of `lists`, each once, in their first place: the GPUs a container's
+/// `/proc/driver/nvidia` mask shows.
+fn union<const N: usize>(lists: [&Vec<String>; N]) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    lists
+        .into_iter()
+        .flatten()
+        .filter(|b| seen.insert(b.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// `nvc attach`.
 pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
     let Context {
@@ -241,12 +253,7 @@ pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
     } = context(args)?;
     let mut edits = plan.edits.clone();
     // The mask shows the container's own GPUs, those attached before, and these.
-    let mut visible = plan.spec_gpus.clone();
-    visible.extend(record.gpus.iter().cloned());
-    visible.extend(edits.visible_gpus.iter().cloned());
-    let mut seen = std::collections::HashSet::new();
-    visible.retain(|b| seen.insert(b.clone()));
-    edits.visible_gpus = visible;
+    edits.visible_gpus = union([&plan.spec_gpus, &record.gpus, &edits.visible_gpus]);
     let target = Target {
         pid: state.pid,
         rootfs: state.rootfs.clone(),
@@ -341,11 +348,8 @@ pub fn detach(args: &AttachArgs) -> Result<(), AttachCliError> {
     record.gpus.retain(|b| !removed_bus.contains(&b));
     let cgroup = record.device_cgroup(DeviceCgroup::from_spec(&plan.spec)?);
     // The GPUs whose folders its /proc/driver/nvidia keeps showing.
-    let mut kept = plan.spec_gpus.clone();
-    kept.extend(record.gpus.iter().cloned());
+    let mut kept = union([&plan.spec_gpus, &record.gpus]);
     kept.retain(|b| !removed_bus.contains(&b));
-    let mut seen = std::collections::HashSet::new();
-    kept.retain(|b| seen.insert(b.clone()));
     let mask =
         ProcMask::prepare(&plan.driver.roots.nvidia_proc(), &kept).map_err(AttachError::from)?;
     // Saved before detaching, which enters the container's mount namespace: a grant the

@@ -129,7 +129,7 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         &source,
         // libcuda, when asked at all, is asked in a process of its own: the hook is
         // linked statically.
-        &HelperHost::beside_this_program(),
+        &HelperHost,
         Stage::Hook,
         &handed,
         Some(&cache),

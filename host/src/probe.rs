@@ -97,38 +97,21 @@ impl HostProbe for RealHost {
 /// statically linked program (the hook), which cannot load a shared library reliably,
 /// and which then keeps no driver code in its own process. Only a start that finds no
 /// CUDA version in the driver-files cache asks.
-#[derive(Debug, Clone)]
-pub struct HelperHost {
-    /// The program; `None` is [`CUDA_VERSION_HELPER`] beside the running program, looked
-    /// up only when asked.
-    helper: Option<PathBuf>,
-}
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HelperHost;
 
 /// The name of the program that prints a libcuda's CUDA driver API version
 /// (`nvc-cuda-version <libcuda>`), installed beside `nvc-hook`.
 pub const CUDA_VERSION_HELPER: &str = "nvc-cuda-version";
 
 impl HelperHost {
-    /// Asks through `helper`.
-    pub fn new(helper: &Path) -> HelperHost {
-        HelperHost {
-            helper: Some(helper.to_path_buf()),
-        }
-    }
-
-    /// Asks through [`CUDA_VERSION_HELPER`] in the folder of the running program (the
-    /// host's file, read from `/proc/self/exe`; never one of a container's).
-    pub fn beside_this_program() -> HelperHost {
-        HelperHost { helper: None }
-    }
-
-    fn helper(&self) -> PathBuf {
-        self.helper.clone().unwrap_or_else(|| {
-            std::env::current_exe()
-                .ok()
-                .and_then(|exe| exe.parent().map(|dir| dir.join(CUDA_VERSION_HELPER)))
-                .unwrap_or_else(|| PathBuf::from(CUDA_VERSION_HELPER))
-        })
+    /// [`CUDA_VERSION_HELPER`] in the folder of the running program (the host's file,
+    /// read from `/proc/self/exe`; never one of a container's), looked up only when asked.
+    fn helper() -> PathBuf {
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|dir| dir.join(CUDA_VERSION_HELPER)))
+            .unwrap_or_else(|| PathBuf::from(CUDA_VERSION_HELPER))
     }
 }
 
@@ -162,7 +145,7 @@ impl HostProbe for HelperHost {
     }
 
     fn cuda_driver_version(&self, libcuda: &Path) -> Result<i32, ProbeError> {
-        crate::cuda_driver_version_by(&self.helper(), libcuda).map_err(|e| ProbeError {
+        crate::cuda_driver_version_by(&HelperHost::helper(), libcuda).map_err(|e| ProbeError {
             library: libcuda.to_path_buf(),
             source: Box::new(e),
         })

@@ -111,6 +111,17 @@ struct CacheNote {
     written_hash: u64,
 }
 
+impl CacheNote {
+    /// The note of `change`: whether the image had a cache, and what was written.
+    fn of(change: &CacheChange) -> CacheNote {
+        CacheNote {
+            had_one: change.original.is_some(),
+            written_len: change.written.len() as u64,
+            written_hash: fnv1a(&change.written),
+        }
+    }
+}
+
 /// FNV-1a, 64 bits: stable across builds, unlike the standard library's hasher.
 fn fnv1a(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -300,11 +311,7 @@ impl RecordDir {
             if let Some(original) = &change.original {
                 self.write(ORIGINAL_CACHE, original)?;
             }
-            ldcache = Some(CacheNote {
-                had_one: change.original.is_some(),
-                written_len: change.written.len() as u64,
-                written_hash: fnv1a(&change.written),
-            });
+            ldcache = Some(CacheNote::of(change));
         }
         let record = Record {
             id: self.id.clone(),
@@ -465,11 +472,7 @@ impl Addition {
         found.record.made.extend(trace.made.iter().cloned());
         let mut original = None;
         if let Some(change) = &trace.ldcache {
-            let written = CacheNote {
-                had_one: change.original.is_some(),
-                written_len: change.written.len() as u64,
-                written_hash: fnv1a(&change.written),
-            };
+            let written = CacheNote::of(change);
             match &mut found.record.ldcache {
                 // The image's is kept already; the one written now replaced the hook's.
                 Some(note) => {
