@@ -21,6 +21,7 @@ cargo build --release --locked --workspace
 # The shim and the hook as they are packaged: static (.cargo/config.toml).
 cargo build-shim-static
 cargo build-hook-static
+cargo build-floor-static
 
 section=dev
 quick=0

@@ -106,6 +106,9 @@ pub enum BenchError {
     /// The large image's ld.so.cache is unreadable.
     #[error("cannot read the large image's ld.so.cache")]
     LdCache(#[source] libnvc::ldcache::LdCacheError),
+    /// The floor program's plan could not be made.
+    #[error("cannot plan the floor program's run: {0}")]
+    FloorPlan(String),
     /// `--update-doc` found no section to replace.
     #[error(
         "{path} has no `<!-- bench:{section}:start -->` ... `<!-- bench:{section}:end -->` markers"

@@ -6,6 +6,7 @@
 //! libraries. Prints Markdown tables; see `docs/performance.md` and `scripts/bench.sh`.
 
 mod error;
+mod floor_plan;
 mod host;
 mod large_image;
 mod measure;
@@ -142,6 +143,7 @@ fn programs(options: &Options) -> Result<Programs, BenchError> {
         baseline,
         shim: sibling("nvc-runtime")?,
         hook: sibling("nvc-hook")?,
+        floor: sibling("nvc-floor")?,
         runc: std::path::absolute(&runc).unwrap_or(runc),
         noop,
     })

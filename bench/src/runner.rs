@@ -33,6 +33,9 @@ pub struct Programs {
     pub hook: PathBuf,
     /// The runc that plain runs use and the shim execs.
     pub runc: PathBuf,
+    /// `nvc-floor`: the least a GPU start must do, as shim and hook
+    /// ([`crate::floor_plan`]).
+    pub floor: PathBuf,
     /// The runtime the shim execs when it is timed alone: does nothing.
     pub noop: PathBuf,
     /// Another build's shim and hook to time against (`--baseline`).
@@ -64,6 +67,9 @@ pub enum Runtime {
     Runc,
     /// `nvc-runtime` with `NVC_CONFIG` set to this file.
     Nvc(PathBuf),
+    /// `nvc-floor` with this plan ([`crate::floor_plan`]): runc with only the work a GPU
+    /// start cannot do without.
+    Floor(PathBuf),
     /// Another build's `nvc-runtime` (`shim`) with `NVC_CONFIG` set to `config`.
     Shim {
         /// The shim.
@@ -149,6 +155,8 @@ pub enum Case {
     Hook {
         /// The hook run: this build's when `None`.
         program: Option<PathBuf>,
+        /// The program is `nvc-floor` with this plan (and has no poststop hook).
+        floor_plan: Option<PathBuf>,
         /// The configuration of the hook (and of the shim that prepares its spec).
         config: PathBuf,
         /// The image, copied for every run.
@@ -334,10 +342,17 @@ impl Bench {
             } => self.shim(config.as_deref(), bundle, pristine),
             Case::Hook {
                 program,
+                floor_plan,
                 config,
                 rootfs,
                 env,
-            } => self.hook(program.as_deref(), config, rootfs, env),
+            } => self.hook(
+                program.as_deref(),
+                floor_plan.as_deref(),
+                config,
+                rootfs,
+                env,
+            ),
         }
     }
 
@@ -358,8 +373,8 @@ impl Bench {
             .arg(&dir)
             .arg(&id)
             .env_remove(nvc_config::CONFIG_ENV);
-        if let Some(config) = config {
-            command.env(nvc_config::CONFIG_ENV, config);
+        if let Some((var, config)) = config {
+            command.env(var, config);
         }
         let measured = self.timed(&mut command, &dir, None);
         if measured.is_err() {
@@ -394,8 +409,8 @@ impl Bench {
                 .arg(&self.state)
                 .args(args)
                 .env_remove(nvc_config::CONFIG_ENV);
-            if let Some(config) = config {
-                command.env(nvc_config::CONFIG_ENV, config);
+            if let Some((var, config)) = config {
+                command.env(var, config);
             }
             command
         };
@@ -424,8 +439,8 @@ impl Bench {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if let Some(config) = config {
-            delete.env(nvc_config::CONFIG_ENV, config);
+        if let Some((var, config)) = config {
+            delete.env(var, config);
         }
         let deleted = delete.status();
         if measured.is_ok() && !deleted.is_ok_and(|s| s.success()) {
@@ -469,6 +484,7 @@ impl Bench {
     fn hook(
         &self,
         program: Option<&Path>,
+        floor_plan: Option<&Path>,
         config: &Path,
         rootfs: &Image,
         env: &[String],
@@ -504,8 +520,19 @@ impl Bench {
             .env("PATH", HOOK_PATH_ENV)
             .env(nvc_config::CONFIG_ENV, config)
             .current_dir(&dir);
+        if let Some(plan) = floor_plan {
+            command.env(crate::floor_plan::PLAN_ENV, plan);
+        }
         let measured = self.timed(&mut command, &dir, Some(stdin));
         drop(helper);
+        if let Some(plan) = floor_plan {
+            if measured.is_ok() {
+                crate::floor_plan::check(plan, &container_rootfs)?;
+            }
+            remove(&dir)?;
+            remove(&container_rootfs)?;
+            return measured;
+        }
         // What runc does once the container is gone, untimed: the poststop hook ends the
         // container's lease and takes its record and mount points away. A baseline build
         // runs with the default state folder (the host's /run/nvc) and may have none: its
@@ -609,8 +636,8 @@ impl Bench {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(stderr);
-            if let Some(config) = config {
-                command.env(nvc_config::CONFIG_ENV, config);
+            if let Some((var, config)) = config {
+                command.env(var, config);
             }
             Ok(command)
         };
@@ -701,12 +728,21 @@ impl Bench {
         Ok((dir, container_rootfs))
     }
 
-    /// The program `runtime` runs, and the nvc configuration it is given, if any.
-    fn runtime_program<'a>(&'a self, runtime: &'a Runtime) -> (&'a Path, Option<&'a Path>) {
+    /// The program `runtime` runs, and the environment variable naming its configuration
+    /// (nvc's, or the floor program's plan), if any.
+    fn runtime_program<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+    ) -> (&'a Path, Option<(&'static str, &'a Path)>) {
+        const NVC: &str = nvc_config::CONFIG_ENV;
         match runtime {
             Runtime::Runc => (&self.programs.runc, None),
-            Runtime::Nvc(config) => (&self.programs.shim, Some(config)),
-            Runtime::Shim { shim, config } => (shim, Some(config)),
+            Runtime::Nvc(config) => (&self.programs.shim, Some((NVC, config))),
+            Runtime::Floor(plan) => (
+                &self.programs.floor,
+                Some((crate::floor_plan::PLAN_ENV, plan)),
+            ),
+            Runtime::Shim { shim, config } => (shim, Some((NVC, config))),
         }
     }
 

@@ -53,6 +53,8 @@ struct Suite<'a> {
     image: Image,
     /// nvc's configurations for the main driver.
     configs: Configs,
+    /// `nvc-floor`'s plan for the small image, all GPUs, `utility,compute`.
+    floor_plan: PathBuf,
     warmup: usize,
 }
 
@@ -62,9 +64,11 @@ struct Findings {
     /// Container starts to exit (`run`): runc, nvc without GPU, utility,compute, all
     /// capabilities.
     starts: Vec<Samples>,
-    /// The same to the container's first instruction (`create` + `start`).
+    /// The same to the container's first instruction (`create` + `start`), then the
+    /// floor program's.
     started: Vec<Samples>,
-    /// The floor, the shim (no GPU, utility,compute, all), the hook (utility,compute, all).
+    /// The floor, the shim (no GPU, utility,compute, all), the hook (utility,compute, all),
+    /// the floor program's hook.
     parts: Vec<Samples>,
     /// (GPUs, added ms) of the scaling table.
     scaling: Vec<(u32, f64)>,
@@ -110,7 +114,9 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
         fake_driver(work, "main", MAIN_FAKE_GPUS)?
     };
     let configs = bench.configs("main", &driver.roots)?;
+    let floor_plan = crate::floor_plan::write(&bench, &configs.noop, &template, UTILITY_COMPUTE)?;
     let suite = Suite {
+        floor_plan,
         options,
         bench,
         work,
@@ -213,6 +219,7 @@ impl Suite<'_> {
     fn hook(&self, config: &Path, env: &[&str]) -> Case {
         Case::Hook {
             program: None,
+            floor_plan: None,
             config: config.to_path_buf(),
             rootfs: self.image.clone(),
             env: strings(env),

@@ -368,13 +368,9 @@ fn arch_of(class: LibClass) -> CacheArch {
     }
 }
 
-/// Updates the container's ld.so.cache ([`crate::ldcache::update`]) with the libraries
-/// mounted, by their sonames and the links made to them.
-fn update_ldcache(
-    root: &ContainerRoot,
-    driver: &Driver,
-    edits: &ContainerEdits,
-) -> Result<Option<CacheChange>, SetupError> {
+/// The ld.so.cache entries of the libraries `edits` mounts: each by its soname and by
+/// the names of the links `edits` makes to it in its folder.
+pub fn cache_entries(driver: &Driver, edits: &ContainerEdits) -> Vec<Entry> {
     let mut ours = Vec::new();
     for lib in &driver.libraries {
         // The folder the library was mounted into, if it was.
@@ -409,9 +405,19 @@ fn update_ldcache(
             });
         }
     }
+    ours
+}
+
+/// Updates the container's ld.so.cache ([`crate::ldcache::update`]) with the libraries
+/// mounted ([`cache_entries`]).
+fn update_ldcache(
+    root: &ContainerRoot,
+    driver: &Driver,
+    edits: &ContainerEdits,
+) -> Result<Option<CacheChange>, SetupError> {
     Ok(crate::ldcache::update_noted(
         root,
-        ours,
+        cache_entries(driver, edits),
         driver.version().as_ref(),
     )?)
 }

@@ -9,8 +9,9 @@ cargo build --release --locked --workspace
 # The shim and the hook as they are packaged: static (.cargo/config.toml says why).
 cargo build-shim-static
 cargo build-hook-static
+cargo build-floor-static
 mkdir -p "$carry/bin" "$carry/debs"
-cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-cuda-version,nvc-fake-driver,nvc-bench,nvc-cri} "$carry/bin/"
+cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-cuda-version,nvc-fake-driver,nvc-bench,nvc-floor,nvc-cri} "$carry/bin/"
 git describe --always --dirty >"$carry/commit"
 # A base build to time against (tests/gpu/bench-compare.sh): NVC_OLD_COMMIT=<commit>.
 if [ -n "${NVC_OLD_COMMIT:-}" ]; then

@@ -26,6 +26,7 @@ impl Suite<'_> {
                 self.started_case(self.nvc(), NO_GPU),
                 self.started_case(self.nvc(), UTILITY_COMPUTE),
                 self.started_case(self.nvc(), ALL_CAPS),
+                self.started_case(Runtime::Floor(self.floor_plan.clone()), UTILITY_COMPUTE),
             ],
         )?;
         let mut table = Table::new(
@@ -35,7 +36,11 @@ impl Suite<'_> {
              the container's first instruction (prestart hooks run in `create`). Each run \
              from a fresh copy of the image; the container is deleted afterwards, untimed \
              (runc runs the poststop hook then). Added: this median minus plain runc's. \
-             CPU: user + system time of the commands and what they reaped, median.",
+             CPU: user + system time of the commands and what they reaped, median. \
+             nvc-floor: the floor, a static program that as the runtime adds the same \
+             device nodes, rules and a prestart hook to the spec and execs runc, and as \
+             the hook makes the same mounts, links and ld.so.cache and nothing else (no \
+             config, plan, leases, record, `/proc/driver/nvidia` mask or checks).",
             &CONTAINER_COLUMNS,
         );
         added_rows(&mut table, &found.started);
@@ -78,6 +83,13 @@ impl Suite<'_> {
                 self.bench.shim_case(Some(noop), ALL_CAPS)?,
                 self.hook(noop, UTILITY_COMPUTE),
                 self.hook(noop, ALL_CAPS),
+                Case::Hook {
+                    program: Some(self.bench.programs.floor.clone()),
+                    floor_plan: Some(self.floor_plan.clone()),
+                    config: noop.clone(),
+                    rootfs: self.image.clone(),
+                    env: strings(UTILITY_COMPUTE),
+                },
             ],
         )?;
         let mut table = Table::new(
@@ -86,8 +98,9 @@ impl Suite<'_> {
              runtime, so its spec edit and exec are timed without runc (the first row is \
              `/bin/true` run directly: the floor). The hook: `nvc-hook prestart` with the \
              OCI state on stdin, for a bundle the shim edited, in the mount namespace of a \
-             helper process. CPU: user + system time, median. Peak RSS: the largest \
-             `ru_maxrss` of the runs.",
+             helper process. `nvc-floor prestart`: only the same mounts, links and \
+             ld.so.cache (the floor of the hook). CPU: user + system time, median. Peak \
+             RSS: the largest `ru_maxrss` of the runs.",
             &[
                 "part",
                 "median ms",
@@ -104,6 +117,7 @@ impl Suite<'_> {
             "nvc-runtime create, all GPUs, all capabilities",
             "nvc-hook prestart, all GPUs, utility,compute",
             "nvc-hook prestart, all GPUs, all capabilities",
+            "nvc-floor prestart (the floor of the hook), all GPUs, utility,compute",
         ];
         for (name, samples) in names.iter().zip(&found.parts) {
             let mut cells = summary_cells(name, samples);
@@ -132,6 +146,7 @@ impl Suite<'_> {
         };
         let hook = |program: &Path, configs: &Configs| Case::Hook {
             program: Some(program.to_path_buf()),
+            floor_plan: None,
             config: configs.noop.clone(),
             rootfs: self.image.clone(),
             env: strings(UTILITY_COMPUTE),
@@ -368,6 +383,7 @@ impl Suite<'_> {
                 on_large(self.nvc()),
                 Case::Hook {
                     program: None,
+                    floor_plan: None,
                     config: self.configs.noop.clone(),
                     rootfs: large.clone(),
                     env: strings(UTILITY_COMPUTE),
@@ -480,6 +496,7 @@ fn added_rows(table: &mut Table, samples: &[Samples]) {
         "nvc-runtime, no GPU asked for",
         "nvc-runtime, all GPUs, utility,compute",
         "nvc-runtime, all GPUs, all capabilities",
+        "nvc-floor (the floor of a GPU start), all GPUs, utility,compute",
     ];
     for (i, (name, samples)) in names.iter().zip(samples).enumerate() {
         let mut cells = summary_cells(name, samples);

@@ -1,0 +1,264 @@
+//! `nvc-floor`: the least a GPU container's start must do beyond runc's own work, as one
+//! static program, for nvc-bench to time beside nvc: the floor of the targets,
+//! measured rather than estimated.
+//!
+//! As the runtime (`nvc-floor --root S create --bundle B ID`, any runc command line), it
+//! reads the bundle's `config.json`, adds the device nodes, device-cgroup rules and the
+//! prestart hook nvc-runtime would add (taken from the plan nvc-bench made), writes it
+//! back and execs runc; every other command execs runc at once. As the prestart hook
+//! (`nvc-floor prestart`), it reads the OCI state and the spec's root path, clones the
+//! driver files from the host as detached mounts with nvc's attributes, enters the
+//! container's mount namespace, makes each mount point and attaches the file, makes the
+//! soname links, and writes the new ld.so.cache (prepared by nvc-bench) with one write and
+//! a rename. Nothing else: no config, no discovery or plan, no leases, no record for the
+//! poststop hook, no `/proc/driver/nvidia` mask, no checks of what the image holds. It is
+//! never a way to run a container; it is what nvc would cost if all of that were free.
+//!
+//! The plan (`NVC_FLOOR_PLAN`, a JSON file nvc-bench writes):
+//! `{"runc": PATH, "devices": [...], "rules": [...], "cache": PATH,
+//!   "mounts": [{"host", "path", "dir", "readonly", "nosuid", "nodev", "noexec"}],
+//!   "links": [{"path", "target"}]}`.
+
+#![cfg_attr(not(test), no_main)]
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Component, Path, PathBuf};
+
+use nvc_host::container::{DetachedMount, MountAttrs};
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+use serde_json::{json, Value};
+
+/// The environment variable naming the plan.
+const PLAN_ENV: &str = "NVC_FLOOR_PLAN";
+
+#[cfg(not(test))]
+nvc_host::c_main!(floor_main);
+
+#[cfg(test)]
+fn main() {
+    floor_main();
+}
+
+fn floor_main() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let result = match args.get(1).map(String::as_str) {
+        Some("prestart") => prestart(),
+        _ => runtime(&args[1..]),
+    };
+    match result {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("nvc-floor: {e}");
+            false
+        }
+    }
+}
+
+/// A failure, said in one line: the floor program is a benchmark's instrument.
+type Fail = String;
+
+fn fail<E: std::fmt::Display>(what: impl std::fmt::Display) -> impl FnOnce(E) -> Fail {
+    move |e| format!("{what}: {e}")
+}
+
+fn read_plan() -> Result<Value, Fail> {
+    let path = std::env::var_os(PLAN_ENV).ok_or(format!("{PLAN_ENV} is not set"))?;
+    let data = std::fs::read(&path).map_err(fail(format!("read {path:?}")))?;
+    serde_json::from_slice(&data).map_err(fail(format!("parse {path:?}")))
+}
+
+fn text<'a>(v: &'a Value, key: &str) -> Result<&'a str, Fail> {
+    v[key].as_str().ok_or(format!("the plan has no {key}"))
+}
+
+/// As the runtime: the spec edited on `create` and `run`, then runc exec'd.
+fn runtime(args: &[String]) -> Result<(), Fail> {
+    let plan = read_plan()?;
+    let runc = text(&plan, "runc")?;
+    let creates = args.iter().any(|a| a == "create" || a == "run");
+    if creates {
+        let bundle = args
+            .iter()
+            .position(|a| a == "--bundle" || a == "-b")
+            .and_then(|i| args.get(i + 1))
+            .ok_or("no --bundle")?;
+        let path = Path::new(bundle).join("config.json");
+        let data = std::fs::read(&path).map_err(fail(format!("read {}", path.display())))?;
+        let mut spec: Value =
+            serde_json::from_slice(&data).map_err(fail(format!("parse {}", path.display())))?;
+        let list = |v: &mut Value| -> Result<Vec<Value>, Fail> {
+            Ok(match v.take() {
+                Value::Null => Vec::new(),
+                Value::Array(a) => a,
+                _ => return Err("not a list".into()),
+            })
+        };
+        let mut devices = list(&mut spec["linux"]["devices"])?;
+        devices.extend(plan["devices"].as_array().cloned().unwrap_or_default());
+        spec["linux"]["devices"] = Value::Array(devices);
+        let mut rules = list(&mut spec["linux"]["resources"]["devices"])?;
+        rules.extend(plan["rules"].as_array().cloned().unwrap_or_default());
+        spec["linux"]["resources"]["devices"] = Value::Array(rules);
+        let exe = std::env::current_exe().map_err(fail("find this program"))?;
+        let mut hooks = list(&mut spec["hooks"]["prestart"])?;
+        hooks.push(json!({
+            "path": exe,
+            "args": ["nvc-floor", "prestart"],
+            "env": [format!("{PLAN_ENV}={}", std::env::var(PLAN_ENV).unwrap_or_default())],
+        }));
+        spec["hooks"]["prestart"] = Value::Array(hooks);
+        let out = serde_json::to_vec(&spec).map_err(fail("write the spec"))?;
+        std::fs::write(&path, out).map_err(fail(format!("write {}", path.display())))?;
+    }
+    let e = std::process::Command::new(runc).args(args).exec();
+    Err(format!("exec {runc}: {e}"))
+}
+
+/// As the prestart hook: the mounts, links and ld.so.cache of the plan, in the container.
+fn prestart() -> Result<(), Fail> {
+    let mut raw = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut raw)
+        .map_err(fail("read the state"))?;
+    let state: Value = serde_json::from_slice(&raw).map_err(fail("parse the state"))?;
+    let pid = state["pid"].as_i64().ok_or("the state has no pid")?;
+    let bundle = PathBuf::from(text(&state, "bundle")?);
+    let spec_path = bundle.join("config.json");
+    let spec: Value = serde_json::from_slice(
+        &std::fs::read(&spec_path).map_err(fail(format!("read {}", spec_path.display())))?,
+    )
+    .map_err(fail("parse the spec"))?;
+    let rootfs = bundle.join(spec["root"]["path"].as_str().ok_or("no root.path")?);
+    let plan = read_plan()?;
+    let cache = std::fs::read(text(&plan, "cache")?).map_err(fail("read the cache"))?;
+
+    // In the host's mount namespace: every source, as a detached mount.
+    let mut sources = Vec::new();
+    for m in plan["mounts"].as_array().into_iter().flatten() {
+        let attrs = MountAttrs {
+            readonly: m["readonly"].as_bool().unwrap_or(true),
+            nosuid: m["nosuid"].as_bool().unwrap_or(true),
+            nodev: m["nodev"].as_bool().unwrap_or(true),
+            noexec: m["noexec"].as_bool().unwrap_or(false),
+        };
+        let host = Path::new(text(m, "host")?);
+        let src = DetachedMount::bind(host, attrs).map_err(fail(host.display()))?;
+        let path = PathBuf::from(text(m, "path")?);
+        sources.push((src, path, m["dir"].as_bool().unwrap_or(false)));
+    }
+
+    let ns = rustix::fs::open(
+        format!("/proc/{pid}/ns/mnt"),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(fail("open the mount namespace"))?;
+    rustix::thread::move_into_link_name_space(
+        ns.as_fd(),
+        Some(rustix::thread::LinkNameSpaceType::Mount),
+    )
+    .map_err(fail("enter the mount namespace"))?;
+    let root = rustix::fs::open(
+        &rootfs,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(fail(rootfs.display()))?;
+    let mut dirs = Folders {
+        root,
+        open: HashMap::new(),
+    };
+
+    for (src, path, is_dir) in sources {
+        let (dir, name) = dirs.parent(&path)?;
+        let point = if is_dir {
+            match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(format!("mkdir {}: {e}", path.display())),
+            }
+            rustix::fs::openat(
+                dir,
+                name,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+        } else {
+            let flags = OFlags::RDONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644))
+        }
+        .map_err(fail(format!("mount point {}", path.display())))?;
+        src.attach(&point).map_err(fail(path.display()))?;
+    }
+    for l in plan["links"].as_array().into_iter().flatten() {
+        let path = PathBuf::from(text(l, "path")?);
+        let (dir, name) = dirs.parent(&path)?;
+        match rustix::fs::symlinkat(text(l, "target")?, dir, name) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(format!("link {}: {e}", path.display())),
+        }
+    }
+    let (etc, _) = dirs.parent(Path::new("/etc/ld.so.cache"))?;
+    let tmp = rustix::fs::openat(
+        etc,
+        ".ld.so.cache.floor",
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(fail("create the cache"))?;
+    rustix::io::write(&tmp, &cache).map_err(fail("write the cache"))?;
+    drop(tmp);
+    rustix::fs::renameat(etc, ".ld.so.cache.floor", etc, "ld.so.cache")
+        .map_err(fail("rename the cache"))?;
+    Ok(())
+}
+
+/// The container's folders, each resolved once, inside the rootfs and on its mount,
+/// made where missing.
+struct Folders {
+    root: OwnedFd,
+    open: HashMap<PathBuf, OwnedFd>,
+}
+
+impl Folders {
+    /// The folder of `path` and its last component.
+    fn parent<'a>(&mut self, path: &'a Path) -> Result<(&OwnedFd, &'a str), Fail> {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or(format!("{} has no name", path.display()))?;
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        if !self.open.contains_key(dir) {
+            let fd = self.resolve(dir)?;
+            self.open.insert(dir.to_path_buf(), fd);
+        }
+        let fd = self.open.get(dir).ok_or("lost a folder")?;
+        Ok((fd, name))
+    }
+
+    fn resolve(&self, dir: &Path) -> Result<OwnedFd, Fail> {
+        let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_XDEV | ResolveFlags::NO_MAGICLINKS;
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        match rustix::fs::openat2(&self.root, dir, flags, Mode::empty(), how) {
+            Ok(fd) => return Ok(fd),
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(format!("open {}: {e}", dir.display())),
+        }
+        // Made one component at a time from the root.
+        let mut at = rustix::fs::openat(&self.root, ".", flags, Mode::empty())
+            .map_err(fail("open the root"))?;
+        for c in dir.components() {
+            let Component::Normal(name) = c else { continue };
+            match rustix::fs::mkdirat(&at, name, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(format!("mkdir {}: {e}", dir.display())),
+            }
+            at = rustix::fs::openat2(&at, name, flags, Mode::empty(), how)
+                .map_err(fail(dir.display()))?;
+        }
+        Ok(at)
+    }
+}

@@ -1,0 +1,178 @@
+//! The plan of `nvc-floor` (the floor program, `src/floor/main.rs`): what nvc-runtime adds
+//! to a spec and what nvc-hook mounts, links and writes, for one request on one image,
+//! worked out once before the timed runs by nvc's own code, so that the floor program
+//! does the same container-side work and nothing else.
+
+use std::path::{Path, PathBuf};
+
+use libnvc::edits::{ContainerLayout, MountKind};
+use libnvc::plan::{ConfigSource, Plan, Stage};
+use nvc_config::Config;
+use nvc_tests::Bundle;
+use serde_json::{json, Value};
+
+use crate::error::BenchError;
+use crate::large_image::run_quiet;
+use crate::runner::Bench;
+
+/// The environment variable naming the plan, read by `nvc-floor`.
+pub const PLAN_ENV: &str = "NVC_FLOOR_PLAN";
+
+/// Writes the plan for a container of `image` asking for `env`, with the driver of
+/// `config` (an nvc configuration whose runtime is the no-op), into the working
+/// directory; returns its path.
+pub fn write(
+    bench: &Bench,
+    config: &Path,
+    image: &Path,
+    env: &[&str],
+) -> Result<PathBuf, BenchError> {
+    // The spec nvc-runtime writes, on a bundle of the image (the shim never looks in it).
+    let (dir, _) = bench.fresh_run("floor-plan")?;
+    let bundle = Bundle::new(&dir, image)?
+        .args(&["/bin/true"])
+        .env(env)
+        .write()?;
+    let spec_path = bundle.config_path();
+    let pristine = read_json(&spec_path)?;
+    let mut shim = std::process::Command::new(&bench.programs.shim);
+    shim.arg("--root")
+        .arg(dir.join("state"))
+        .args(["create", "--bundle"])
+        .arg(&dir)
+        .arg("floor-plan")
+        .env(nvc_config::CONFIG_ENV, config);
+    run_quiet(&mut shim)?;
+    let edited = read_json(&spec_path)?;
+    let added = |pointer: &str| -> Vec<Value> {
+        let before = pristine
+            .pointer(pointer)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        edited
+            .pointer(pointer)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|v| !before.contains(v))
+            .cloned()
+            .collect()
+    };
+    let devices = added("/linux/devices");
+    let rules = added("/linux/resources/devices");
+
+    // What the hook does with that spec: nvc's plan, moved to the image's library folder.
+    let loaded = Config::load(config).map_err(|e| BenchError::FloorPlan(e.to_string()))?;
+    let source = ConfigSource {
+        path: config,
+        from_env: false,
+    };
+    let plan = Plan::for_bundle_cached(
+        &dir,
+        &loaded,
+        &source,
+        &nvc_host::probe::RealHost,
+        Stage::Hook,
+        &[],
+        None,
+    )
+    .map_err(|e| {
+        BenchError::FloorPlan(libnvc::report::error_chain(&libnvc::plan::PlanError::from(
+            e,
+        )))
+    })?;
+    let gpu = plan
+        .gpu
+        .ok_or_else(|| BenchError::FloorPlan(format!("{env:?} asks for no GPU")))?;
+    let layout = ContainerLayout::of_image(|p| in_image(image, p).is_dir());
+    let edits = gpu.edits.relocated(&ContainerLayout::default(), &layout);
+    let mounts: Vec<Value> = edits
+        .mounts
+        .iter()
+        .map(|m| {
+            let p = m.kind.policy();
+            json!({
+                "host": m.host_path,
+                "path": m.container_path,
+                "dir": m.kind == MountKind::Directory,
+                "readonly": p.readonly,
+                "nosuid": p.nosuid,
+                "nodev": p.nodev,
+                "noexec": p.noexec,
+            })
+        })
+        .collect();
+    let links: Vec<Value> = edits
+        .symlinks
+        .iter()
+        .map(|l| json!({"path": l.link, "target": l.target}))
+        .collect();
+
+    // The cache the hook writes: the driver's libraries, then the image's entries.
+    let mut entries = nvc_host::setup::cache_entries(&gpu.driver, &edits);
+    let image_cache = in_image(image, Path::new("/etc/ld.so.cache"));
+    if let Ok(data) = std::fs::read(&image_cache) {
+        let cache = libnvc::ldcache::parse(&data).map_err(BenchError::LdCache)?;
+        entries.extend(
+            cache
+                .entries
+                .into_iter()
+                .filter(|e| e.hwcaps_index().is_none()),
+        );
+    }
+    libnvc::ldcache::sort_entries(&mut entries);
+    let cache = libnvc::ldcache::write(&entries).map_err(BenchError::LdCache)?;
+    let cache_path = bench.work.join("floor.ld.so.cache");
+    std::fs::write(&cache_path, cache).map_err(BenchError::io("write", &cache_path))?;
+
+    let plan = json!({
+        "runc": bench.programs.runc,
+        "devices": devices,
+        "rules": rules,
+        "mounts": mounts,
+        "links": links,
+        "cache": cache_path,
+    });
+    let path = bench.work.join("floor-plan.json");
+    let text = serde_json::to_vec_pretty(&plan)
+        .map_err(|e| BenchError::FloorPlan(format!("write the plan: {e}")))?;
+    std::fs::write(&path, text).map_err(BenchError::io("write", &path))?;
+    std::fs::remove_dir_all(&dir).map_err(BenchError::io("remove", &dir))?;
+    Ok(path)
+}
+
+/// Checks, after a run of the floor program's hook on `rootfs` (its host path), that it
+/// did its work: every mount point and link of the plan is there, and the ld.so.cache is
+/// the plan's. A floor that skipped work would not be one.
+pub fn check(plan: &Path, rootfs: &Path) -> Result<(), BenchError> {
+    let plan = read_json(plan)?;
+    let missing = |what: &str, p: &Path| {
+        BenchError::FloorPlan(format!("nvc-floor left no {what} at {}", p.display()))
+    };
+    for (list, key) in [("mounts", "path"), ("links", "path")] {
+        for entry in plan[list].as_array().into_iter().flatten() {
+            let p = in_image(rootfs, Path::new(entry[key].as_str().unwrap_or_default()));
+            if std::fs::symlink_metadata(&p).is_err() {
+                return Err(missing(list, &p));
+            }
+        }
+    }
+    let cache = in_image(rootfs, Path::new("/etc/ld.so.cache"));
+    let want = std::fs::read(plan["cache"].as_str().unwrap_or_default()).ok();
+    if want.is_none() || std::fs::read(&cache).ok() != want {
+        return Err(missing("ld.so.cache of the plan", &cache));
+    }
+    Ok(())
+}
+
+fn read_json(path: &Path) -> Result<Value, BenchError> {
+    let data = std::fs::read(path).map_err(BenchError::io("read", path))?;
+    serde_json::from_slice(&data)
+        .map_err(|e| BenchError::FloorPlan(format!("{}: {e}", path.display())))
+}
+
+/// `path` (absolute, as seen in the container) inside the image at `image`.
+fn in_image(image: &Path, path: &Path) -> PathBuf {
+    image.join(path.strip_prefix("/").unwrap_or(path))
+}
