@@ -51,6 +51,7 @@ pub(crate) mod tests;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
+pub use create::Staged;
 pub use error::{FileKind, FsError};
 pub use journal::{Made, Unmade};
 pub use mount::{

@@ -5,8 +5,10 @@
 //! Every source is opened in the host's mount namespace first; then the process enters
 //! the container's mount namespace and acts only through [`ContainerRoot`], which
 //! resolves every container path inside the rootfs and on the rootfs's own mount (never in
-//! a volume, `/proc`, `/sys` or a tmpfs), but for the device nodes on the runtime's `/dev`
-//! tmpfs and the mask on its `/proc`, reached as submounts checked to be those. No path
+//! a volume, `/proc`, `/sys` or a tmpfs), but for the device nodes and the file mounts'
+//! mount points on the runtime's `/dev` tmpfs ([`STAGE`], each named in the image's folder
+//! by a link, so that a layer committed from the running container holds no empty driver
+//! file) and the mask on its `/proc`, reached as submounts checked to be those. No path
 //! from the image is ever a mount source, every mount is private before it is attached,
 //! and nothing from the image is executed. A read-only rootfs (`root.readonly`) gets no
 //! written file or link: only the empty mount points the runtime itself would make for the
@@ -21,7 +23,9 @@ use libnvc::edits::{ContainerEdits, ContainerLayout, MountKind};
 use libnvc::ldcache::{CacheArch, Entry};
 use log::{debug, info, warn};
 
-use crate::container::{self, ContainerRoot, DetachedMount, Filesystem, FsError, MountAttrs};
+use crate::container::{
+    self, ContainerRoot, DetachedMount, Filesystem, FsError, MountAttrs, Staged,
+};
 use crate::devcgroup::{self, CharDevice, DeviceCgroup};
 use crate::ldcache::CacheChange;
 use crate::proc_mask::ProcMask;
@@ -195,7 +199,8 @@ pub fn set_up_noted(
         .mounts
         .iter()
         .map(|m| m.container_path.as_path())
-        .chain(node_sources.iter().map(|(n, _)| n.path.as_path()));
+        .chain(node_sources.iter().map(|(n, _)| n.path.as_path()))
+        .chain([Path::new(STAGE)]);
     let runtime_tmpfs = RuntimeTmpfs::open(&root, &target.tmpfs_mounts, needed)?;
     let mut skip = Vec::new();
     if target.running {
@@ -212,6 +217,25 @@ pub fn set_up_noted(
             }
         }
     }
+    // File mounts go onto the runtime's /dev when the spec makes it a tmpfs and the hook
+    // can make files there: not in a user namespace the hook is not in (Docker's
+    // userns-remap, a spec with uid mappings run by root), whose /dev takes no file owned by
+    // a user it does not map (EOVERFLOW); their mount points are then made in place.
+    let stage = match runtime_tmpfs.stage(&root) {
+        Some(dev)
+            if !root.is_read_only()
+                && edits.mounts.iter().any(|m| m.kind != MountKind::Directory) =>
+        {
+            match dev.mkdir_all(&staged_path(Path::new("/")), 0o755) {
+                Ok(_) => Some(dev),
+                Err(e) => {
+                    debug!("mount points made in place, not on /dev: {e}");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     phases.mark("runtime-tmpfs");
     let mut mounted_now = 0;
     for m in &edits.mounts {
@@ -223,6 +247,25 @@ pub fn set_up_noted(
         };
         mounted_now += 1;
         let (on, path) = runtime_tmpfs.place(&root, &m.container_path);
+        let staged_on = stage
+            .filter(|_| m.kind != MountKind::Directory)
+            .filter(|_| std::ptr::eq(on, &root));
+        if let Some(dev) = staged_on {
+            // The file's name in the image's folder is a link to its mount point on the
+            // runtime's /dev: a layer committed from the running container holds a
+            // dangling link, never an empty file the loader would take for the library.
+            let staged = staged_path(&path);
+            let target = Path::new("/dev").join(staged.strip_prefix("/").unwrap_or(&staged));
+            match root.link_mount_point(&path, &target.to_string_lossy())? {
+                Staged::Linked => {
+                    let point = dev.file_mount_point(&staged, 0o644)?;
+                    dev.attach(src, &point, &staged)?;
+                }
+                // The image's own file: mounted over, as without a stage.
+                Staged::File(point) => root.attach(src, &point, &path)?,
+            }
+            continue;
+        }
         let point = match m.kind {
             MountKind::Directory => on.dir_mount_point(&path, 0o755)?,
             _ => on.file_mount_point(&path, 0o644)?,
@@ -324,6 +367,13 @@ impl RuntimeTmpfs {
         Ok(RuntimeTmpfs { mounts })
     }
 
+    /// The runtime's `/dev` tmpfs, where file mounts are staged ([`STAGE`]), when the
+    /// spec makes `/dev` one (a bind of the host's `/dev` is a volume: nothing staged).
+    fn stage<'a>(&'a self, root: &'a ContainerRoot) -> Option<&'a ContainerRoot> {
+        let (on, _) = self.place(root, Path::new(STAGE));
+        (!std::ptr::eq(on, root)).then_some(on)
+    }
+
     /// Where `path` is: on the deepest runtime tmpfs holding it, as a path inside it, or
     /// on `root`.
     fn place<'a>(&'a self, root: &'a ContainerRoot, path: &Path) -> (&'a ContainerRoot, PathBuf) {
@@ -334,6 +384,16 @@ impl RuntimeTmpfs {
         }
         (root, path.to_path_buf())
     }
+}
+
+/// Where file mounts go on the runtime's `/dev` tmpfs: each under its container path,
+/// and named in the image's folder by a link to it.
+pub const STAGE: &str = "/dev/.nvc";
+
+/// The mount point of the file mount at `path` (a container path), as a path inside the
+/// runtime's `/dev` tmpfs.
+fn staged_path(path: &Path) -> PathBuf {
+    Path::new("/.nvc").join(path.strip_prefix("/").unwrap_or(path))
 }
 
 /// For each link of `edits` that leads (through other links in its folder) to a file

@@ -58,6 +58,19 @@ pub use sweep::{
 };
 pub use tree::{FakeDriver, LIB32_DIR, MULTIARCH_LIB_DIR, NVIDIA_PREFIX};
 
+/// Where nvc-hook mounts the driver's files in a container whose `/dev` is the runtime's
+/// tmpfs: each under its container path, named in the image's folder by a link to it
+/// (`nvc_host::setup::STAGE`). A library's real path is its path under this.
+pub const STAGE: &str = "/dev/.nvc";
+
+/// Whether `nvc-probe`'s output shows a library loaded from the file nvc put at `path`:
+/// mounted there (CDI, where the engine makes the mounts) or on the runtime's `/dev` under
+/// [`STAGE`] and linked from `path` (nvc-hook).
+pub fn loaded_from(probe_output: &str, path: &str) -> bool {
+    probe_output.contains(&format!("realpath={path} "))
+        || probe_output.contains(&format!("realpath={STAGE}{path} "))
+}
+
 /// Whether this process runs with effective uid 0 (read from `/proc/self/status`).
 pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")

@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nvc_tests::tree_digest;
+use nvc_tests::{tree_digest, STAGE};
 
 mod common;
 
@@ -85,7 +85,7 @@ fn a_users_ldconfig_in_a_gpu_container_still_finds_the_driver_and_leaves_no_stal
         "ldconfig && ldconfig -p | grep -c libcuda.so.1 && nvc-probe",
     );
     assert!(
-        out.contains(&format!("realpath={LIB}/libcuda.so.")),
+        out.contains(&format!("realpath={STAGE}{LIB}/libcuda.so.")),
         "{out}\n{}",
         w.nvc_log()
     );

@@ -14,6 +14,15 @@ use rustix::io::Errno;
 
 use super::{walk, ContainerRoot, FileKind, FsError, Made, ATTEMPTS};
 
+/// What [`ContainerRoot::link_mount_point`] found or made.
+#[derive(Debug)]
+pub enum Staged {
+    /// The link to the mount point elsewhere is there.
+    Linked,
+    /// The image has a regular file there: mount over it (an `O_PATH` fd of it).
+    File(OwnedFd),
+}
+
 impl ContainerRoot {
     /// Creates every missing directory of `dir` (absolute, inside the container), one
     /// component at a time: each is made with `mkdirat` on its parent's fd and then
@@ -96,6 +105,50 @@ impl ContainerRoot {
     /// nor replaced. Returns an `O_PATH` fd of the file, to attach a mount onto.
     pub fn file_mount_point(&self, path: &Path, mode: u32) -> Result<OwnedFd, FsError> {
         self.new_file_or_existing("create mount point", path, mode, |_| false)
+    }
+
+    /// The name of a file mount whose mount point lies elsewhere (on the runtime's `/dev`
+    /// tmpfs, which a commit of the container's layer never sees): a symbolic link
+    /// `path` -> `target` made where nothing is ([`Staged::Linked`]; a link to the same
+    /// target already there, from another container on the same rootfs, is taken as is),
+    /// or the image's own regular file at `path`, returned as an `O_PATH` fd to mount over
+    /// as [`ContainerRoot::file_mount_point`] does ([`Staged::File`]). Anything else there
+    /// (another link, a directory, a device) is an error naming it, never followed nor
+    /// replaced.
+    pub fn link_mount_point(&self, path: &Path, target: &str) -> Result<Staged, FsError> {
+        const OP: &str = "create mount point";
+        if self.read_only {
+            return Err(self.read_only_err(OP, path));
+        }
+        let (dir, name) = self.parent_of(OP, path)?;
+        for _ in 0..ATTEMPTS {
+            match rustix::fs::symlinkat(target, &dir, &name) {
+                Ok(()) => {
+                    self.note(Made::Link {
+                        path: self.shown(path),
+                        target: target.to_string(),
+                        previous: None,
+                    });
+                    return Ok(Staged::Linked);
+                }
+                Err(Errno::EXIST) => {}
+                Err(e) => return Err(self.err(OP, path, e)),
+            }
+            match self.existing(OP, path, &dir, &name)? {
+                Some((fd, FileKind::RegularFile)) => return Ok(Staged::File(fd)),
+                Some((fd, FileKind::Symlink)) => {
+                    let now = rustix::fs::readlinkat(&fd, "", Vec::new())
+                        .map_err(|e| self.err(OP, path, e))?;
+                    if now.as_bytes() == target.as_bytes() {
+                        return Ok(Staged::Linked);
+                    }
+                    return Err(self.wrong_type(OP, path, FileKind::Symlink));
+                }
+                Some((_, found)) => return Err(self.wrong_type(OP, path, found)),
+                None => continue,
+            }
+        }
+        Err(self.raced(OP, path))
     }
 
     /// A directory mount point at `path`: made with `mkdirat` in its parent, or an existing

@@ -334,6 +334,80 @@ fn docker_commit_of_an_ended_gpu_container_carries_nothing_of_the_driver() {
     w.assert_clean(&[cgroup]);
 }
 
+/// What an image holds of the driver, as seen without nvc: every regular file that is
+/// empty (a leftover mount point) outside `/proc`, `/sys` and `/dev`; what loading
+/// libcuda says; whether ldconfig calls a file empty.
+const DEBRIS: &str =
+    "find / -path /proc -prune -o -path /sys -prune -o -path /dev -prune -o -type f -print \
+     | while read -r f; do [ -s \"$f\" ] || echo \"empty file $f\"; done; \
+     nvc-probe 2>&1 | grep '^libcuda='; ldconfig 2>&1 | grep -i empty; true";
+
+/// A GPU container committed while it runs (`docker commit` reads the writable layer
+/// under the live mounts): the layer holds no empty driver file. nvc-hook puts its file
+/// mounts on the container's own `/dev` and names each in the image's folder by a link to
+/// it, which dangles anywhere else: the committed image, run without nvc, behaves like the
+/// image it came from (libcuda not found rather than "file too short", ldconfig quiet).
+#[test]
+fn docker_commit_of_a_running_gpu_container_carries_no_empty_driver_file() {
+    let w = World::new();
+    let dockerd = start_dockerd(&w);
+    let name = nvc_tests::container_id("nvc-commit-live");
+    let mut opts: Vec<String> = ["run", "-d", "--network", "none", "--runtime=nv", "--name"]
+        .map(String::from)
+        .to_vec();
+    opts.extend([
+        name.clone(),
+        "-e".into(),
+        "NVIDIA_VISIBLE_DEVICES=all".into(),
+    ]);
+    opts.extend(w.fake_proc_flags());
+    opts.extend([IMAGE.into(), "sleep".into(), "300".into()]);
+    dockerd.docker(&opts).assert_success();
+    let context = |what: &str| {
+        format!(
+            "{what}\nnvc log:\n{}\ndockerd log:\n{}",
+            w.nvc_log(),
+            dockerd.log_tail(20)
+        )
+    };
+    let inside = dockerd.docker(&["exec", name.as_str(), "sh", "-c", PROBE]);
+    assert_gpus(
+        &inside,
+        &w.gpus(),
+        &context("docker exec in the running container"),
+    );
+
+    let image = format!("localhost/{name}:committed");
+    dockerd
+        .docker(&["commit", name.as_str(), image.as_str()])
+        .assert_success();
+    let committed = dockerd.run(&[] as &[&str], &image, &["sh", "-c", DEBRIS]);
+    let original = dockerd.run(&[] as &[&str], IMAGE, &["sh", "-c", DEBRIS]);
+    committed.assert_success();
+    original.assert_success();
+    let debris = |l: &&str| {
+        l.contains("too short")
+            || (l.starts_with("empty file") && (l.contains("nvidia") || l.contains("libcuda")))
+    };
+    assert!(
+        !committed.stdout.lines().any(|l| debris(&l)),
+        "{}",
+        context(&format!("the committed image:\n{}", committed.stdout))
+    );
+    assert!(original.stdout.contains("libcuda="), "{original:?}");
+    assert_eq!(
+        committed.stdout,
+        original.stdout,
+        "{}",
+        context("the committed image against the original, both without nvc")
+    );
+    dockerd.docker(&["rm", "-f", name.as_str()]);
+    dockerd.docker(&["rmi", image.as_str()]);
+    let cgroup = dockerd.cgroup_parent.clone();
+    drop(dockerd);
+    w.assert_clean(&[cgroup]);
+}
+
 /// `nvc attach` on a container Docker started without a GPU, found through the runc
 /// state Docker's containerd shim keeps (`<exec-root>/runtime-runc/moby`), run in
 /// dockerd's namespaces as on a host: `docker exec`
