@@ -65,7 +65,7 @@ struct Findings {
     /// capabilities.
     starts: Vec<Samples>,
     /// The same to the container's first instruction (`create` + `start`), then the
-    /// floor program's.
+    /// floor program's without a GPU and with utility,compute.
     started: Vec<Samples>,
     /// The floor, the shim (no GPU, utility,compute, all), the hook (utility,compute, all),
     /// the floor program's hook.

@@ -2,8 +2,8 @@
 # What NVIDIA's toolkit does not do, on the GPU machine's real driver under real runc:
 # an exclusive GPU refusing a second container (and freed when its holder ends), `nvc
 # attach` making a GPU usable (nvidia-smi -L, a CUDA kernel) in a container started
-# without one and `nvc detach` taking it back, and a GPU container's rootfs left as it
-# was once the container has ended. Needs what tests/gpu/prepare.sh gathered in
+# without one and `nvc detach` taking it back, a GPU container's rootfs left as it
+# was once the container has ended, and holding no empty driver file while it runs. Needs what tests/gpu/prepare.sh gathered in
 # .device-carry/ (bin/nvc among it).
 # Usage: tests/gpu/features.sh [OUT_DIR]
 set -uo pipefail
@@ -38,7 +38,7 @@ long() { # long ID ENV: a container of ID running sleep, created and started thr
 # Whatever runs at the end goes: a holder left running would keep the GPU from every
 # script after this one.
 cleanup() {
-    for id in holder plain; do
+    for id in holder plain live; do
         runc --root "$state" kill "$id" KILL >/dev/null 2>&1
         sleep 0.2
         runc --root "$state" delete --force "$id" >/dev/null 2>&1
@@ -100,6 +100,17 @@ check "the GPU container ran (nvidia-smi and CUDA)" eval 'grep -q "^GPU " <<<"$r
 listing >"$work/after"
 diff "$work/before" "$work/after" && echo "(no difference)"
 check "after it ended, its rootfs is as it was (files, links, ld.so.cache)" cmp -s "$work/before" "$work/after"
+
+echo; echo "--- a running GPU container's rootfs: what a docker commit of it would read"
+r=$work/live
+bundle "$r" "NVIDIA_VISIBLE_DEVICES=all" 'sleep 300' >/dev/null && writable "$r"
+(cd "$r" && nvcrt create live >/dev/null 2>&1 </dev/null && nvcrt start live) 2>&1
+inside=$(runc --root "$state" exec live sh -c 'nvidia-smi -L; CUDA_CACHE_DISABLE=1 vadd; readlink -f /usr/lib/x86_64-linux-gnu/libcuda.so.1' 2>&1); echo "$inside"
+check "a running GPU container: nvidia-smi and CUDA work through the links to /dev/.nvc" \
+    eval 'grep -q "^GPU " <<<"$inside" && grep -q result=OK <<<"$inside" && grep -q "^/dev/.nvc/" <<<"$inside"'
+empty=$(cd "$r/rootfs" && find . -type f -size 0 \( -name '*nvidia*' -o -name 'libcuda*' -o -name 'gsp_*' \)); echo "empty driver files in its rootfs: ${empty:-none}"
+check "while it runs, its rootfs holds no empty driver file" test -z "$empty"
+end live
 
 echo; echo "--- no trace after nvc attach: a container that runs nvc-hook at both stages (hooks.d) and asks for no GPU"
 h=$work/hooked

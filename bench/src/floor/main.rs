@@ -3,9 +3,10 @@
 //! measured rather than estimated.
 //!
 //! As the runtime (`nvc-floor --root S create --bundle B ID`, any runc command line), it
-//! reads the bundle's `config.json`, adds the device nodes, device-cgroup rules and the
-//! prestart hook nvc-runtime would add (taken from the plan nvc-bench made), writes it
-//! back and execs runc; every other command execs runc at once. As the prestart hook
+//! reads the bundle's `config.json` and, when it names `NVIDIA_VISIBLE_DEVICES`, adds the
+//! device nodes, device-cgroup rules and the prestart hook nvc-runtime would add (taken
+//! from the plan nvc-bench made) and writes it back; then it execs runc. Every other
+//! command execs runc at once. As the prestart hook
 //! (`nvc-floor prestart`), it reads the OCI state and the spec's root path, clones the
 //! driver files from the host as detached mounts with nvc's attributes, enters the
 //! container's mount namespace, makes each mount point and attaches the file, makes the
@@ -81,41 +82,54 @@ fn runtime(args: &[String]) -> Result<(), Fail> {
     let runc = text(&plan, "runc")?;
     let creates = args.iter().any(|a| a == "create" || a == "run");
     if creates {
-        let bundle = args
-            .iter()
-            .position(|a| a == "--bundle" || a == "-b")
-            .and_then(|i| args.get(i + 1))
-            .ok_or("no --bundle")?;
-        let path = Path::new(bundle).join("config.json");
-        let data = std::fs::read(&path).map_err(fail(format!("read {}", path.display())))?;
-        let mut spec: Value =
-            serde_json::from_slice(&data).map_err(fail(format!("parse {}", path.display())))?;
-        let list = |v: &mut Value| -> Result<Vec<Value>, Fail> {
-            Ok(match v.take() {
-                Value::Null => Vec::new(),
-                Value::Array(a) => a,
-                _ => return Err("not a list".into()),
-            })
-        };
-        let mut devices = list(&mut spec["linux"]["devices"])?;
-        devices.extend(plan["devices"].as_array().cloned().unwrap_or_default());
-        spec["linux"]["devices"] = Value::Array(devices);
-        let mut rules = list(&mut spec["linux"]["resources"]["devices"])?;
-        rules.extend(plan["rules"].as_array().cloned().unwrap_or_default());
-        spec["linux"]["resources"]["devices"] = Value::Array(rules);
-        let exe = std::env::current_exe().map_err(fail("find this program"))?;
-        let mut hooks = list(&mut spec["hooks"]["prestart"])?;
-        hooks.push(json!({
-            "path": exe,
-            "args": ["nvc-floor", "prestart"],
-            "env": [format!("{PLAN_ENV}={}", std::env::var(PLAN_ENV).unwrap_or_default())],
-        }));
-        spec["hooks"]["prestart"] = Value::Array(hooks);
-        let out = serde_json::to_vec(&spec).map_err(fail("write the spec"))?;
-        std::fs::write(&path, out).map_err(fail(format!("write {}", path.display())))?;
+        edit_spec(args, &plan)?;
     }
     let e = std::process::Command::new(runc).args(args).exec();
     Err(format!("exec {runc}: {e}"))
+}
+
+/// The spec of the bundle `args` name, read; when it asks for a GPU (its bytes name
+/// `NVIDIA_VISIBLE_DEVICES`, the least a shim must look for), edited and written back.
+fn edit_spec(args: &[String], plan: &Value) -> Result<(), Fail> {
+    let bundle = args
+        .iter()
+        .position(|a| a == "--bundle" || a == "-b")
+        .and_then(|i| args.get(i + 1))
+        .ok_or("no --bundle")?;
+    let path = Path::new(bundle).join("config.json");
+    let data = std::fs::read(&path).map_err(fail(format!("read {}", path.display())))?;
+    if !data
+        .windows(b"NVIDIA_VISIBLE_DEVICES".len())
+        .any(|w| w == b"NVIDIA_VISIBLE_DEVICES")
+    {
+        return Ok(());
+    }
+    let mut spec: Value =
+        serde_json::from_slice(&data).map_err(fail(format!("parse {}", path.display())))?;
+    let list = |v: &mut Value| -> Result<Vec<Value>, Fail> {
+        Ok(match v.take() {
+            Value::Null => Vec::new(),
+            Value::Array(a) => a,
+            _ => return Err("not a list".into()),
+        })
+    };
+    let mut devices = list(&mut spec["linux"]["devices"])?;
+    devices.extend(plan["devices"].as_array().cloned().unwrap_or_default());
+    spec["linux"]["devices"] = Value::Array(devices);
+    let mut rules = list(&mut spec["linux"]["resources"]["devices"])?;
+    rules.extend(plan["rules"].as_array().cloned().unwrap_or_default());
+    spec["linux"]["resources"]["devices"] = Value::Array(rules);
+    let exe = std::env::current_exe().map_err(fail("find this program"))?;
+    let mut hooks = list(&mut spec["hooks"]["prestart"])?;
+    hooks.push(json!({
+        "path": exe,
+        "args": ["nvc-floor", "prestart"],
+        "env": [format!("{PLAN_ENV}={}", std::env::var(PLAN_ENV).unwrap_or_default())],
+    }));
+    spec["hooks"]["prestart"] = Value::Array(hooks);
+    let out = serde_json::to_vec(&spec).map_err(fail("write the spec"))?;
+    std::fs::write(&path, out).map_err(fail(format!("write {}", path.display())))?;
+    Ok(())
 }
 
 /// As the prestart hook: the mounts, links and ld.so.cache of the plan, in the container.

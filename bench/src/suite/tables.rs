@@ -26,6 +26,7 @@ impl Suite<'_> {
                 self.started_case(self.nvc(), NO_GPU),
                 self.started_case(self.nvc(), UTILITY_COMPUTE),
                 self.started_case(self.nvc(), ALL_CAPS),
+                self.started_case(Runtime::Floor(self.floor_plan.clone()), NO_GPU),
                 self.started_case(Runtime::Floor(self.floor_plan.clone()), UTILITY_COMPUTE),
             ],
         )?;
@@ -37,8 +38,9 @@ impl Suite<'_> {
              from a fresh copy of the image; the container is deleted afterwards, untimed \
              (runc runs the poststop hook then). Added: this median minus plain runc's. \
              CPU: user + system time of the commands and what they reaped, median. \
-             nvc-floor: the floor, a static program that as the runtime adds the same \
-             device nodes, rules and a prestart hook to the spec and execs runc, and as \
+             nvc-floor: the floor, a static program that as the runtime reads the spec \
+             and, for a GPU, adds the same device nodes, rules and a prestart hook, then \
+             execs runc (a second exec in `start`, as nvc-runtime's), and as \
              the hook makes the same mounts, links and ld.so.cache and nothing else (no \
              config, plan, leases, record, `/proc/driver/nvidia` mask or checks).",
             &CONTAINER_COLUMNS,
@@ -496,6 +498,7 @@ fn added_rows(table: &mut Table, samples: &[Samples]) {
         "nvc-runtime, no GPU asked for",
         "nvc-runtime, all GPUs, utility,compute",
         "nvc-runtime, all GPUs, all capabilities",
+        "nvc-floor (the floor of a start), no GPU asked for",
         "nvc-floor (the floor of a GPU start), all GPUs, utility,compute",
     ];
     for (i, (name, samples)) in names.iter().zip(samples).enumerate() {
