@@ -101,4 +101,9 @@ pub struct ContainerRoot {
     journal: std::sync::Arc<journal::Journal>,
     /// Whether what this root makes is the rootfs's (it is on the rootfs's mount).
     journaled: bool,
+    /// The folders resolved so far (by path under this root), each once per root: every
+    /// file nvc makes or takes away in a folder reuses the folder's fd. An fd keeps
+    /// naming the folder it was resolved to, inside the root and on its mount, whatever
+    /// is renamed later.
+    dirs: std::sync::Mutex<std::collections::HashMap<PathBuf, std::sync::Arc<OwnedFd>>>,
 }

@@ -8,6 +8,7 @@ use std::os::fd::AsFd;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -102,7 +103,8 @@ impl ContainerRoot {
     /// (and `mode`) in its parent (made by [`ContainerRoot::mkdir_all`]), or an existing
     /// regular file reused. Anything else at the final component (a symbolic link, a
     /// directory, a fifo, a socket, a device) is an error naming it: it is never followed
-    /// nor replaced. Returns an `O_PATH` fd of the file, to attach a mount onto.
+    /// nor replaced. Returns an fd of the file (the new file's own, or an `O_PATH` fd of the
+    /// existing one), to attach a mount onto.
     pub fn file_mount_point(&self, path: &Path, mode: u32) -> Result<OwnedFd, FsError> {
         self.new_file_or_existing("create mount point", path, mode, |_| false)
     }
@@ -226,22 +228,13 @@ impl ContainerRoot {
                 | OFlags::CLOEXEC;
             match rustix::fs::openat(&dir, &name, flags, Mode::from_raw_mode(mode)) {
                 Ok(created) => {
-                    let made = rustix::fs::fstat(&created).map_err(|e| self.err(op, path, e))?;
-                    // Reopen as O_PATH by name and check it is still the file we made: a
-                    // racing rename may have put something else there.
-                    match self.existing(op, path, &dir, &name)? {
-                        Some((fd, FileKind::RegularFile)) => {
-                            let st = rustix::fs::fstat(&fd).map_err(|e| self.err(op, path, e))?;
-                            if (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino) {
-                                self.note(Made::File {
-                                    path: self.shown(path),
-                                });
-                                return Ok(fd);
-                            }
-                        }
-                        Some((_, found)) => return Err(self.wrong_type(op, path, found)),
-                        None => {}
-                    }
+                    // The fd of the file made here, in a folder on the root's mount, is
+                    // the mount point: whatever a racing rename puts at the name later,
+                    // the mount goes onto this file.
+                    self.note(Made::File {
+                        path: self.shown(path),
+                    });
+                    return Ok(created);
                 }
                 Err(Errno::EXIST) => match self.existing(op, path, &dir, &name)? {
                     Some((fd, FileKind::RegularFile)) => return Ok(fd),
@@ -349,7 +342,7 @@ impl ContainerRoot {
         &self,
         op: &'static str,
         path: &Path,
-    ) -> Result<(OwnedFd, OsString), FsError> {
+    ) -> Result<(Arc<OwnedFd>, OsString), FsError> {
         self.check_absolute(op, path)?;
         let invalid = |reason| FsError::InvalidPath {
             op,
@@ -369,7 +362,7 @@ impl ContainerRoot {
             return Err(invalid("it ends in a slash"));
         }
         let parent: PathBuf = components.iter().collect();
-        let dir = self.mkdir_all(&parent, 0o755)?;
+        let dir = self.folder(&parent, || self.mkdir_all(&parent, 0o755))?;
         Ok((dir, name))
     }
 

@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError};
 
 use rustix::fs::{Mode, OFlags, Stat, CWD};
 use rustix::io::Errno;
@@ -81,6 +82,7 @@ impl ContainerRoot {
             propagation: Default::default(),
             journal: Default::default(),
             journaled: true,
+            dirs: Default::default(),
         })
     }
 
@@ -171,7 +173,7 @@ impl ContainerRoot {
         &self,
         op: &'static str,
         path: &Path,
-    ) -> Result<(OwnedFd, OsString), FsError> {
+    ) -> Result<(Arc<OwnedFd>, OsString), FsError> {
         self.check_absolute(op, path)?;
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
             return Err(FsError::InvalidPath {
@@ -181,11 +183,31 @@ impl ContainerRoot {
                 reason: "it does not end in a file name",
             });
         };
-        let dir = self
-            .lookup(parent, true)
-            .map_err(|e| self.err(op, parent, e))?;
-        self.expect_kind(op, parent, &dir, FileKind::Directory)?;
+        let dir = self.folder(parent, || {
+            let dir = self
+                .lookup(parent, true)
+                .map_err(|e| self.err(op, parent, e))?;
+            self.expect_kind(op, parent, &dir, FileKind::Directory)?;
+            Ok(dir)
+        })?;
         Ok((dir, name.to_os_string()))
+    }
+
+    /// The folder `dir` as resolved earlier by this root, else as `resolve` finds (or
+    /// makes) it, then kept.
+    pub(super) fn folder(
+        &self,
+        dir: &Path,
+        resolve: impl FnOnce() -> Result<OwnedFd, FsError>,
+    ) -> Result<Arc<OwnedFd>, FsError> {
+        let lock = || self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
+        let known = lock().get(dir).cloned();
+        if let Some(fd) = known {
+            return Ok(fd);
+        }
+        let fd = Arc::new(resolve()?);
+        lock().insert(dir.to_path_buf(), Arc::clone(&fd));
+        Ok(fd)
     }
     pub(super) fn check_absolute(&self, op: &'static str, path: &Path) -> Result<(), FsError> {
         if path.is_absolute() {

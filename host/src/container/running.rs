@@ -52,6 +52,7 @@ impl ContainerRoot {
             propagation: Default::default(),
             journal: Default::default(),
             journaled: true,
+            dirs: Default::default(),
         })
     }
 

@@ -98,6 +98,7 @@ impl ContainerRoot {
             propagation: self.propagation.clone(),
             journal: self.journal.clone(),
             journaled: self.journaled && on_root,
+            dirs: Default::default(),
         }))
     }
 
