@@ -58,17 +58,21 @@ pub use sweep::{
 };
 pub use tree::{FakeDriver, LIB32_DIR, MULTIARCH_LIB_DIR, NVIDIA_PREFIX};
 
-/// Where nvc-hook mounts the driver's files in a container whose `/dev` is the runtime's
-/// tmpfs: each under its container path, named in the image's folder by a link to it
-/// (`nvc_host::setup::STAGE`). A library's real path is its path under this.
-pub const STAGE: &str = "/dev/.nvc";
+/// Where nvc-hook mounts the driver's file `path` in a container whose `/dev` is the
+/// runtime's tmpfs, named at `path` by a link to it (`nvc_host::setup::staged_target`):
+/// the library's real path inside the container.
+pub fn staged(path: &str) -> String {
+    nvc_host::setup::staged_target(std::path::Path::new(path))
+        .display()
+        .to_string()
+}
 
 /// Whether `nvc-probe`'s output shows a library loaded from the file nvc put at `path`:
-/// mounted there (CDI, where the engine makes the mounts) or on the runtime's `/dev` under
-/// [`STAGE`] and linked from `path` (nvc-hook).
+/// mounted there (CDI, where the engine makes the mounts) or on the runtime's `/dev` and
+/// linked from `path` (nvc-hook).
 pub fn loaded_from(probe_output: &str, path: &str) -> bool {
     probe_output.contains(&format!("realpath={path} "))
-        || probe_output.contains(&format!("realpath={STAGE}{path} "))
+        || probe_output.contains(&format!("realpath={} ", staged(path)))
 }
 
 /// Whether this process runs with effective uid 0 (read from `/proc/self/status`).

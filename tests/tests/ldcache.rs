@@ -11,7 +11,7 @@
 // The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use nvc_tests::{add_compat_libcuda, STAGE};
+use nvc_tests::{add_compat_libcuda, staged};
 
 mod common;
 
@@ -50,7 +50,10 @@ fn older_cuda_compat_libraries_are_ignored() {
     add_compat_libcuda(&w.rootfs.path, w.dir.path(), "500.1.2", 111110);
     let out = w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
     assert!(
-        out.contains(&format!("realpath={STAGE}{LIB}/libcuda.so.999.88.77")),
+        out.contains(&format!(
+            "realpath={}",
+            staged(&format!("{LIB}/libcuda.so.999.88.77"))
+        )),
         "{out}"
     );
     assert!(out.contains("cuda_version=99010"), "{out}");

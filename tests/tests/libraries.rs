@@ -17,7 +17,7 @@ use std::path::Path;
 use libnvc::caps::Capability;
 use libnvc::discover::LibClass;
 use libnvc::edits::{self, ContainerLayout, MountKind};
-use nvc_tests::{FakeDriverSpec, RootfsSpec, STAGE};
+use nvc_tests::{staged, FakeDriverSpec, RootfsSpec};
 
 mod common;
 
@@ -293,7 +293,10 @@ fn all_gpus_nodes_libraries_and_nvidia_smi() {
     assert!(out.contains("libnvidia-ml=ok"), "{out}");
     assert!(out.contains("driver_version=999.88.77"), "{out}");
     assert!(
-        out.contains(&format!("realpath={STAGE}{LIB}/libcuda.so.999.88.77")),
+        out.contains(&format!(
+            "realpath={}",
+            staged(&format!("{LIB}/libcuda.so.999.88.77"))
+        )),
         "{out}"
     );
     // nvidia-smi -L lists every GPU, in bus order, as the host's would.
@@ -377,7 +380,10 @@ fn lib64_images_get_libraries_in_usr_lib64() {
     );
     let out = w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
     assert!(
-        out.contains(&format!("realpath={STAGE}/usr/lib64/libcuda.so.999.88.77")),
+        out.contains(&format!(
+            "realpath={}",
+            staged("/usr/lib64/libcuda.so.999.88.77")
+        )),
         "{out}"
     );
 }

@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nvc_tests::{tree_digest, STAGE};
+use nvc_tests::{staged, tree_digest};
 
 mod common;
 
@@ -85,7 +85,10 @@ fn a_users_ldconfig_in_a_gpu_container_still_finds_the_driver_and_leaves_no_stal
         "ldconfig && ldconfig -p | grep -c libcuda.so.1 && nvc-probe",
     );
     assert!(
-        out.contains(&format!("realpath={STAGE}{LIB}/libcuda.so.")),
+        out.contains(&format!(
+            "realpath={}",
+            staged(&format!("{LIB}/libcuda.so."))
+        )),
         "{out}\n{}",
         w.nvc_log()
     );
