@@ -18,6 +18,9 @@ use crate::runner::Bench;
 /// The environment variable naming the plan, read by `nvc-floor`.
 pub const PLAN_ENV: &str = "NVC_FLOOR_PLAN";
 
+/// The environment variable naming the runc `nvc-floor` execs as the runtime.
+pub const RUNC_ENV: &str = "NVC_FLOOR_RUNC";
+
 /// Writes the plan for a container of `image` asking for `env`, with the driver of
 /// `config` (an nvc configuration whose runtime is the no-op), into the working
 /// directory; returns its path.
@@ -127,7 +130,6 @@ pub fn write(
     std::fs::write(&cache_path, cache).map_err(BenchError::io("write", &cache_path))?;
 
     let plan = json!({
-        "runc": bench.programs.runc,
         "devices": devices,
         "rules": rules,
         "mounts": mounts,

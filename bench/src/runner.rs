@@ -373,9 +373,7 @@ impl Bench {
             .arg(&dir)
             .arg(&id)
             .env_remove(nvc_config::CONFIG_ENV);
-        if let Some((var, config)) = config {
-            command.env(var, config);
-        }
+        command.envs(config.iter().copied());
         let measured = self.timed(&mut command, &dir, None);
         if measured.is_err() {
             // `run` deletes its container when it ends; a failed one may be left.
@@ -409,9 +407,7 @@ impl Bench {
                 .arg(&self.state)
                 .args(args)
                 .env_remove(nvc_config::CONFIG_ENV);
-            if let Some((var, config)) = config {
-                command.env(var, config);
-            }
+            command.envs(config.iter().copied());
             command
         };
         let bundle = dir.to_string_lossy().into_owned();
@@ -439,9 +435,7 @@ impl Bench {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if let Some((var, config)) = config {
-            delete.env(var, config);
-        }
+        delete.envs(config.iter().copied());
         let deleted = delete.status();
         if measured.is_ok() && !deleted.is_ok_and(|s| s.success()) {
             return Err(BenchError::Failed {
@@ -636,9 +630,7 @@ impl Bench {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(stderr);
-            if let Some((var, config)) = config {
-                command.env(var, config);
-            }
+            command.envs(config.iter().copied());
             Ok(command)
         };
         // The commands are made before the clock starts; each worker takes the next.
@@ -728,21 +720,24 @@ impl Bench {
         Ok((dir, container_rootfs))
     }
 
-    /// The program `runtime` runs, and the environment variable naming its configuration
-    /// (nvc's, or the floor program's plan), if any.
+    /// The program `runtime` runs, and the environment variables naming its configuration
+    /// (nvc's; the floor program's plan and runc).
     fn runtime_program<'a>(
         &'a self,
         runtime: &'a Runtime,
-    ) -> (&'a Path, Option<(&'static str, &'a Path)>) {
+    ) -> (&'a Path, Vec<(&'static str, &'a Path)>) {
         const NVC: &str = nvc_config::CONFIG_ENV;
         match runtime {
-            Runtime::Runc => (&self.programs.runc, None),
-            Runtime::Nvc(config) => (&self.programs.shim, Some((NVC, config))),
+            Runtime::Runc => (&self.programs.runc, Vec::new()),
+            Runtime::Nvc(config) => (&self.programs.shim, vec![(NVC, config)]),
             Runtime::Floor(plan) => (
                 &self.programs.floor,
-                Some((crate::floor_plan::PLAN_ENV, plan)),
+                vec![
+                    (crate::floor_plan::PLAN_ENV, plan),
+                    (crate::floor_plan::RUNC_ENV, &self.programs.runc),
+                ],
             ),
-            Runtime::Shim { shim, config } => (shim, Some((NVC, config))),
+            Runtime::Shim { shim, config } => (shim, vec![(NVC, config)]),
         }
     }
 

@@ -4,7 +4,8 @@
 # (hostile.sh), exclusive GPUs / attach / no trace (features.sh), then the full
 # start-time benchmark with the real driver, against the build in .device-carry/prev
 # (another commit's static shim and hook, made as tests/gpu/prepare.sh makes this one's),
-# its tables written into docs/performance.md's `gpu` section. Under 10 minutes.
+# its tables written into docs/performance.md's `gpu` section (NVC_BENCH_RUNS runs per
+# configuration, 30 by default). Under 10 minutes.
 # Needs .device-carry/ from tests/gpu/prepare.sh. Usage: tests/gpu/check-and-bench.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,7 +20,8 @@ done
 baseline=()
 [ -x .device-carry/prev/nvc-hook ] && baseline=(--baseline .device-carry/prev)
 NVC_BENCH_COMMIT=$(cat .device-carry/commit 2>/dev/null) .device-carry/bin/nvc-bench --real \
-    --rootfs .device-carry/bench/rootfs --runc /usr/local/sbin/runc --gpus 1,64 "${baseline[@]}" \
+    --rootfs .device-carry/bench/rootfs --runc /usr/local/sbin/runc --gpus 1,64 --runs "${NVC_BENCH_RUNS:-30}" \
+    "${baseline[@]}" \
     --update-doc docs/performance.md --section gpu --out "$out/bench-gpu.md" \
     >"$out/bench.log" 2>&1 || status=1
 tail -n 3 "$out/bench.log"

@@ -15,8 +15,9 @@
 //! poststop hook, no `/proc/driver/nvidia` mask, no checks of what the image holds. It is
 //! never a way to run a container; it is what nvc would cost if all of that were free.
 //!
-//! The plan (`NVC_FLOOR_PLAN`, a JSON file nvc-bench writes):
-//! `{"runc": PATH, "devices": [...], "rules": [...], "cache": PATH,
+//! The runc it execs is `NVC_FLOOR_RUNC`; the plan (`NVC_FLOOR_PLAN`, a JSON file
+//! nvc-bench writes, read only for a GPU spec and by the hook):
+//! `{"devices": [...], "rules": [...], "cache": PATH,
 //!   "mounts": [{"host", "path", "dir", "readonly", "nosuid", "nodev", "noexec"}],
 //!   "links": [{"path", "target"}]}`.
 
@@ -35,6 +36,9 @@ use serde_json::{json, Value};
 
 /// The environment variable naming the plan.
 const PLAN_ENV: &str = "NVC_FLOOR_PLAN";
+
+/// The environment variable naming runc, for the runtime.
+const RUNC_ENV: &str = "NVC_FLOOR_RUNC";
 
 #[cfg(not(test))]
 nvc_host::c_main!(floor_main);
@@ -78,19 +82,18 @@ fn text<'a>(v: &'a Value, key: &str) -> Result<&'a str, Fail> {
 
 /// As the runtime: the spec edited on `create` and `run`, then runc exec'd.
 fn runtime(args: &[String]) -> Result<(), Fail> {
-    let plan = read_plan()?;
-    let runc = text(&plan, "runc")?;
+    let runc = std::env::var_os(RUNC_ENV).ok_or(format!("{RUNC_ENV} is not set"))?;
     let creates = args.iter().any(|a| a == "create" || a == "run");
     if creates {
-        edit_spec(args, &plan)?;
+        edit_spec(args)?;
     }
-    let e = std::process::Command::new(runc).args(args).exec();
-    Err(format!("exec {runc}: {e}"))
+    let e = std::process::Command::new(&runc).args(args).exec();
+    Err(format!("exec {runc:?}: {e}"))
 }
 
 /// The spec of the bundle `args` name, read; when it asks for a GPU (its bytes name
 /// `NVIDIA_VISIBLE_DEVICES`, the least a shim must look for), edited and written back.
-fn edit_spec(args: &[String], plan: &Value) -> Result<(), Fail> {
+fn edit_spec(args: &[String]) -> Result<(), Fail> {
     let bundle = args
         .iter()
         .position(|a| a == "--bundle" || a == "-b")
@@ -104,6 +107,7 @@ fn edit_spec(args: &[String], plan: &Value) -> Result<(), Fail> {
     {
         return Ok(());
     }
+    let plan = read_plan()?;
     let mut spec: Value =
         serde_json::from_slice(&data).map_err(fail(format!("parse {}", path.display())))?;
     let list = |v: &mut Value| -> Result<Vec<Value>, Fail> {
