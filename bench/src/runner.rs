@@ -296,8 +296,12 @@ impl Bench {
         })
     }
 
-    /// Runs each case `warmup + runs` times, round-robin with a rotating start so no case
-    /// always follows the same one; keeps the last `runs` of each. Progress goes to stderr.
+    /// Runs each case `warmup + runs` times, once per round, in an order shuffled anew
+    /// every round (a fixed seed: the same order for the same cases on every machine), so
+    /// that each case follows each other about as often: what one run leaves behind (the
+    /// kernel tearing down a GPU container's mounts after its delete) is spread over all
+    /// cases rather than always landing on the same next one. Keeps the last `runs` of
+    /// each. Progress goes to stderr.
     pub fn alternate(
         &self,
         what: &str,
@@ -308,10 +312,12 @@ impl Bench {
         let mut samples = vec![Samples::default(); cases.len()];
         let rounds = warmup + runs;
         let started = Instant::now();
+        let mut order: Vec<usize> = (0..cases.len()).collect();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
         for round in 0..rounds {
             eprint!("\r{what}: round {}/{rounds} ", round + 1);
-            for k in 0..cases.len() {
-                let i = (round + k) % cases.len();
+            shuffle(&mut order, &mut seed);
+            for &i in &order {
                 let m = self.run_once(&cases[i])?;
                 if round >= warmup {
                     samples[i].push(m.time, m.max_rss_kib, m.cpu);
@@ -748,6 +754,17 @@ impl Bench {
     }
 }
 
+/// Shuffles `order` in place (Fisher-Yates, with xorshift64 from `seed`, advanced).
+fn shuffle(order: &mut [usize], seed: &mut u64) {
+    for i in (1..order.len()).rev() {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        let j = (*seed % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+}
+
 /// Where the measuring process reports on a run whose files are in `dir`.
 fn report_path(dir: &Path) -> PathBuf {
     dir.join("measured")
@@ -821,5 +838,34 @@ impl Drop for Helper {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shuffle;
+
+    #[test]
+    fn shuffled_rounds_let_every_case_follow_every_other() {
+        let n = 6;
+        let mut order: Vec<usize> = (0..n).collect();
+        let mut seed = 0x9e37_79b9_7f4a_7c15;
+        let mut follows = vec![vec![0u32; n]; n];
+        for _ in 0..60 {
+            shuffle(&mut order, &mut seed);
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "not a permutation");
+            for pair in order.windows(2) {
+                follows[pair[1]][pair[0]] += 1;
+            }
+        }
+        for (b, row) in follows.iter().enumerate() {
+            for (a, count) in row.iter().enumerate() {
+                if a != b {
+                    assert!(*count > 0, "case {b} never followed case {a} in 60 rounds");
+                }
+            }
+        }
     }
 }

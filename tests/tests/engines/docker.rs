@@ -343,12 +343,13 @@ const DEBRIS: &str =
      nvc-probe 2>&1 | grep '^libcuda='; ldconfig 2>&1 | grep -i empty; true";
 
 /// A GPU container committed while it runs (`docker commit` reads the writable layer
-/// under the live mounts): the layer holds no empty driver file. nvc-hook puts its file
+/// under the live mounts), and one started with `--gpus` committed once ended: neither
+/// layer holds an empty driver file. nvc-hook puts its file
 /// mounts on the container's own `/dev` and names each in the image's folder by a link to
 /// it, which dangles anywhere else: the committed image, run without nvc, behaves like the
 /// image it came from (libcuda not found rather than "file too short", ldconfig quiet).
 #[test]
-fn docker_commit_of_a_running_gpu_container_carries_no_empty_driver_file() {
+fn docker_commit_of_a_running_or_a_gpus_flag_container_carries_no_empty_driver_file() {
     let w = World::new();
     let dockerd = start_dockerd(&w);
     let name = nvc_tests::container_id("nvc-commit-live");
@@ -402,6 +403,33 @@ fn docker_commit_of_a_running_gpu_container_carries_no_empty_driver_file() {
         context("the committed image against the original, both without nvc")
     );
     dockerd.docker(&["rm", "-f", name.as_str()]);
+    dockerd.docker(&["rmi", image.as_str()]);
+
+    // Docker's `--gpus` runs nvc-hook as a prestart hook alone: nothing takes the links
+    // and the cache away when the container ends, yet an image committed from it still
+    // behaves like the original.
+    let ended = nvc_tests::container_id("nvc-commit-gpus");
+    let mut opts: Vec<String> = ["run", "--network", "none", "--gpus", "all", "--name"]
+        .map(String::from)
+        .to_vec();
+    opts.push(ended.clone());
+    opts.extend(w.fake_proc_flags());
+    opts.extend([IMAGE.into(), "sh".into(), "-c".into(), PROBE.into()]);
+    let out = dockerd.docker(&opts);
+    assert_gpus(&out, &w.gpus(), &context("--gpus all, kept after it ended"));
+    let image = format!("localhost/{ended}:committed");
+    dockerd
+        .docker(&["commit", ended.as_str(), image.as_str()])
+        .assert_success();
+    let committed = dockerd.run(&[] as &[&str], &image, &["sh", "-c", DEBRIS]);
+    committed.assert_success();
+    assert_eq!(
+        committed.stdout,
+        original.stdout,
+        "{}",
+        context("committed from an ended --gpus container, against the original")
+    );
+    dockerd.docker(&["rm", ended.as_str()]);
     dockerd.docker(&["rmi", image.as_str()]);
     let cgroup = dockerd.cgroup_parent.clone();
     drop(dockerd);
