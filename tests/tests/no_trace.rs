@@ -99,6 +99,30 @@ fn a_users_ldconfig_in_a_gpu_container_still_finds_the_driver_and_leaves_no_stal
     assert!(w.nvc_log().contains("dropped from it"), "{}", w.nvc_log());
 }
 
+/// A package manager in a GPU container replaces a file by renaming a new one over it
+/// (dpkg's `.dpkg-new`), a driver file nvc put there too (a distribution's `libnvidia-ml1`
+/// upgraded in the container). The name is a link to the mount point on the runtime's
+/// `/dev`, not a mount point itself, so the rename works (over a mount point it fails with
+/// EBUSY, as upgrades inside containers fail under NVIDIA's toolkit) and ldconfig after
+/// it too. The file is then the user's: it stays when the container ends, and the log
+/// says so.
+#[test]
+fn a_package_manager_can_replace_a_driver_file_in_a_gpu_container() {
+    let w = World::new();
+    let lib = format!("{LIB}/libnvidia-ml.so.999.88.77");
+    let out = w.ok(
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+        &format!(
+            "echo from-the-package > {lib}.dpkg-new && mv -f {lib}.dpkg-new {lib} && \
+             ldconfig && cat {lib}"
+        ),
+    );
+    assert!(out.contains("from-the-package"), "{out}");
+    let kept = std::fs::read_to_string(w.rootfs.path.join(lib.trim_start_matches('/')));
+    assert_eq!(kept.ok().as_deref(), Some("from-the-package\n"));
+    assert!(w.nvc_log().contains("1 left"), "{}", w.nvc_log());
+}
+
 /// Two GPU containers on one rootfs at once: the one that ends first leaves what it made
 /// to the one still running (whose mounts sit on it), and the last one takes it all away.
 #[test]
