@@ -21,11 +21,12 @@ pub const PLAN_ENV: &str = "NVC_FLOOR_PLAN";
 /// The environment variable naming the runc `nvc-floor` execs as the runtime.
 pub const RUNC_ENV: &str = "NVC_FLOOR_RUNC";
 
-/// Writes the plan for a container of `image` asking for `env`, with the driver of
+/// Writes the plan `name` for a container of `image` asking for `env`, with the driver of
 /// `config` (an nvc configuration whose runtime is the no-op), into the working
-/// directory; returns its path.
+/// directory (`floor-<name>.json`, its cache beside it); returns its path.
 pub fn write(
     bench: &Bench,
+    name: &str,
     config: &Path,
     image: &Path,
     env: &[&str],
@@ -126,7 +127,7 @@ pub fn write(
     }
     libnvc::ldcache::sort_entries(&mut entries);
     let cache = libnvc::ldcache::write(&entries).map_err(BenchError::LdCache)?;
-    let cache_path = bench.work.join("floor.ld.so.cache");
+    let cache_path = bench.work.join(format!("floor-{name}.ld.so.cache"));
     std::fs::write(&cache_path, cache).map_err(BenchError::io("write", &cache_path))?;
 
     let plan = json!({
@@ -136,7 +137,7 @@ pub fn write(
         "links": links,
         "cache": cache_path,
     });
-    let path = bench.work.join("floor-plan.json");
+    let path = bench.work.join(format!("floor-{name}.json"));
     let text = serde_json::to_vec_pretty(&plan)
         .map_err(|e| BenchError::FloorPlan(format!("write the plan: {e}")))?;
     std::fs::write(&path, text).map_err(BenchError::io("write", &path))?;

@@ -72,6 +72,8 @@ struct Findings {
     parts: Vec<Samples>,
     /// (GPUs, added ms) of the scaling table.
     scaling: Vec<(u32, f64)>,
+    /// The same for the floor program.
+    scaling_floor: Vec<(u32, f64)>,
     /// The parallel-start table's finding, when it ran.
     parallel: Option<ParallelFinding>,
 }
@@ -85,6 +87,8 @@ struct ParallelFinding {
     in_flight: usize,
     /// The median ratio of a batch's wall time through nvc to plain runc's.
     ratio: f64,
+    /// The same through the floor program.
+    floor_ratio: f64,
 }
 
 /// Runs everything `options` asks for in `work` and returns the tables.
@@ -114,7 +118,8 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
         fake_driver(work, "main", MAIN_FAKE_GPUS)?
     };
     let configs = bench.configs("main", &driver.roots)?;
-    let floor_plan = crate::floor_plan::write(&bench, &configs.noop, &template, UTILITY_COMPUTE)?;
+    let floor_plan =
+        crate::floor_plan::write(&bench, "main", &configs.noop, &template, UTILITY_COMPUTE)?;
     let suite = Suite {
         floor_plan,
         options,

@@ -223,40 +223,57 @@ impl Suite<'_> {
             return Ok(None);
         }
         let mut cases = vec![self.container(Runtime::Runc, NO_GPU)];
+        let mut floor_cases = Vec::new();
         let mut part_cases = Vec::new();
         for &n in &options.gpus {
             let tree = fake_driver(self.work, &format!("scale-{n}"), n)?;
             let c = self.bench.configs(&format!("gpus-{n}"), &tree.roots)?;
             cases.push(self.container(Runtime::Nvc(c.runc.clone()), UTILITY_COMPUTE));
+            let plan = crate::floor_plan::write(
+                &self.bench,
+                &format!("gpus-{n}"),
+                &c.noop,
+                &self.image.path,
+                UTILITY_COMPUTE,
+            )?;
+            floor_cases.push(self.container(Runtime::Floor(plan), UTILITY_COMPUTE));
             part_cases.push(self.bench.shim_case(Some(&c.noop), UTILITY_COMPUTE)?);
             part_cases.push(self.hook(&c.noop, UTILITY_COMPUTE));
         }
+        let nvc_cases = cases.len();
+        cases.extend(floor_cases);
         let starts = self.alternate("scaling, containers", &cases)?;
         let parts = self.alternate("scaling, shim and hook", &part_cases)?;
         let (base, base_cpu) = (median(&starts[0]), starts[0].cpu_median_ms());
         let mut table = Table::new(
             "Scaling with the number of GPUs (fake trees)",
-            "All GPUs, utility,compute; added over plain runc, alternated with it. The \
-             shim and the hook alone as in the table above, alternated with each other.",
+            "All GPUs, utility,compute; added over plain runc, alternated with it and \
+             with the floor program (nvc-floor, planned for each tree) to the container's \
+             exit. The shim and the hook alone as in the table above, alternated with \
+             each other.",
             &[
                 "GPUs",
                 "runc median ms",
                 "nvc median ms",
                 "added ms",
                 "added CPU ms",
+                "floor added ms",
                 "shim alone ms",
                 "hook alone ms",
             ],
         );
         for (i, &n) in options.gpus.iter().enumerate() {
             let added = median(&starts[i + 1]) - base;
+            let floor_added = median(&starts[nvc_cases + i]) - base;
             found.scaling.push((n, added));
+            found.scaling_floor.push((n, floor_added));
             table.row([
                 n.to_string(),
                 ms(base),
                 ms(median(&starts[i + 1])),
                 signed_ms(added),
                 signed_ms(starts[i + 1].cpu_median_ms() - base_cpu),
+                signed_ms(floor_added),
                 ms(median(&parts[2 * i])),
                 ms(median(&parts[2 * i + 1])),
             ]);
@@ -282,17 +299,21 @@ impl Suite<'_> {
             hard_links: true,
         };
         let env = strings(UTILITY_COMPUTE);
-        let runtimes = [Runtime::Runc, self.nvc()];
-        // A batch of each as warm-up, then the batches, alternating which goes first.
-        let mut times: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+        let runtimes = [
+            Runtime::Runc,
+            self.nvc(),
+            Runtime::Floor(self.floor_plan.clone()),
+        ];
+        // A batch of each as warm-up, then the batches, rotating which goes first.
+        let mut times: [Vec<Duration>; 3] = [Vec::new(), Vec::new(), Vec::new()];
         let started = std::time::Instant::now();
         for batch in 0..=options.batches {
             eprint!(
                 "\rparallel starts ({count}, {in_flight} in flight): batch {batch}/{} ",
                 options.batches
             );
-            for k in 0..2 {
-                let i = (batch + k) % 2;
+            for k in 0..runtimes.len() {
+                let i = (batch + k) % runtimes.len();
                 let t = self
                     .bench
                     .parallel(&runtimes[i], &image, &env, count, in_flight)?;
@@ -302,26 +323,32 @@ impl Suite<'_> {
             }
         }
         eprintln!("({:.1} s)", started.elapsed().as_secs_f64());
-        let ratios: Vec<f64> = times[1]
-            .iter()
-            .zip(&times[0])
-            .map(|(nvc, runc)| nvc.as_secs_f64() / runc.as_secs_f64())
-            .collect();
-        let ratio = median_of(ratios.clone());
+        let ratio_of = |i: usize| {
+            median_of(
+                times[i]
+                    .iter()
+                    .zip(&times[0])
+                    .map(|(t, runc)| t.as_secs_f64() / runc.as_secs_f64())
+                    .collect(),
+            )
+        };
+        let (ratio, floor_ratio) = (ratio_of(1), ratio_of(2));
         found.parallel = Some(ParallelFinding {
             count,
             in_flight,
             ratio,
+            floor_ratio,
         });
         let mut table = Table::new(
             "Parallel starts",
             &format!(
                 "{count} `/bin/true` containers (all GPUs, utility,compute) started at once, \
-                 {in_flight} in flight, through nvc and through plain runc (which ignores \
-                 the request): the wall-clock time from the first start to the last exit. \
-                 Batches of each: {} after one of warm-up, alternating which goes first; \
-                 each container on its own copy of the image. Ratio: the median of the \
-                 per-pair ratios nvc / runc.",
+                 {in_flight} in flight, through nvc, through the floor program (nvc-floor) \
+                 and through plain runc (which ignores the request): the wall-clock time \
+                 from the first start to the last exit. Batches of each: {} after one of \
+                 warm-up, rotating which goes first; each container on its own copy of the \
+                 image. Ratio: the median of the per-batch ratios to runc's batch of the \
+                 same round.",
                 options.batches
             ),
             &[
@@ -333,9 +360,13 @@ impl Suite<'_> {
                 "ratio",
             ],
         );
-        for (i, name) in ["runc (no nvc)", "nvc-runtime + nvc-hook"]
-            .iter()
-            .enumerate()
+        for (i, name) in [
+            "runc (no nvc)",
+            "nvc-runtime + nvc-hook",
+            "nvc-floor (the floor)",
+        ]
+        .iter()
+        .enumerate()
         {
             let s = Summary::of(&times[i]).unwrap_or(Summary {
                 median_ms: f64::NAN,
@@ -349,10 +380,10 @@ impl Suite<'_> {
                 ms(s.min_ms),
                 ms(s.max_ms),
                 ms(s.median_ms / count as f64),
-                if i == 0 {
-                    String::new()
-                } else {
-                    format!("{ratio:.2} ×")
+                match i {
+                    0 => String::new(),
+                    1 => format!("{ratio:.2} ×"),
+                    _ => format!("{floor_ratio:.2} ×"),
                 },
             ]);
         }

@@ -77,7 +77,10 @@ pub(super) fn targets(found: &Findings) -> Table {
         ),
         yes_no(hook_alone <= TARGET_HOOK_MS),
     ]);
-    let (measured, met) = scaling_target(&found.scaling);
+    let (mut measured, met) = scaling_target(&found.scaling);
+    if let Some(ratio) = scaling_ratio(&found.scaling_floor) {
+        measured.push_str(&format!("; the floor program: {ratio:.2} ×"));
+    }
     table.row([
         format!("added start with 64 GPUs ≤ {TARGET_SCALING} × with 1"),
         measured,
@@ -105,12 +108,22 @@ fn parallel_target(found: Option<ParallelFinding>) -> (String, String) {
     match found {
         Some(p) => (
             format!(
-                "{:.2} × ({} containers, {} in flight)",
-                p.ratio, p.count, p.in_flight
+                "{:.2} × ({} containers, {} in flight); the floor program: {:.2} ×",
+                p.ratio, p.count, p.in_flight, p.floor_ratio
             ),
             yes_no(p.ratio <= TARGET_PARALLEL),
         ),
         None => ("not measured (--parallel 0)".into(), "–".into()),
+    }
+}
+
+/// The ratio of the added time with 64 GPUs to that with 1, when both were measured and
+/// the one with 1 is above zero.
+fn scaling_ratio(scaling: &[(u32, f64)]) -> Option<f64> {
+    let added = |n: u32| scaling.iter().find(|(g, _)| *g == n).map(|(_, a)| *a);
+    match (added(1), added(64)) {
+        (Some(one), Some(many)) if one > 0.0 => Some(many / one),
+        _ => None,
     }
 }
 
@@ -157,6 +170,8 @@ mod tests {
         // Noise can make the 1-GPU figure negative: no ratio then.
         assert_eq!(scaling_target(&[(1, -0.5), (64, 1.0)]).1, "**no**");
         assert!(scaling_target(&[(8, 1.0)]).0.starts_with("not measured"));
+        assert_eq!(scaling_ratio(&[(1, 2.0), (64, 3.0)]), Some(1.5));
+        assert_eq!(scaling_ratio(&[(1, -0.5), (64, 3.0)]), None);
     }
 
     #[test]
@@ -166,11 +181,15 @@ mod tests {
                 count: 100,
                 in_flight: 16,
                 ratio,
+                floor_ratio: 1.1,
             }))
         };
         assert_eq!(
             p(1.15),
-            ("1.15 × (100 containers, 16 in flight)".into(), "yes".into())
+            (
+                "1.15 × (100 containers, 16 in flight); the floor program: 1.10 ×".into(),
+                "yes".into()
+            )
         );
         assert_eq!(p(1.25).1, "**no**");
         assert_eq!(parallel_target(None).1, "–");
