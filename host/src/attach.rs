@@ -10,13 +10,11 @@
 //! [`RECORD_DIR`]), never read from the container: on cgroup v2 each change rebuilds the
 //! device program from the spec's rules and these grants, and the mask shows these GPUs.
 
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::DeviceNode;
 use libnvc::edits::ContainerEdits;
 use log::info;
-use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::container::{self, ContainerRoot, FileKind, Filesystem, FsError};
@@ -224,7 +222,6 @@ pub fn detach(
         })
         .collect();
     let revoke = devcgroup::prepare_revoke(pid, cgroup, &devices)?;
-    let host_proc = open_host_proc()?;
     container::enter_mount_namespace(pid)?;
     let root = ContainerRoot::open_entered(rootfs)?;
     // The cgroup first: once it forbids the nodes, no new open of them succeeds.
@@ -236,7 +233,7 @@ pub fn detach(
             (Some(dev), Ok(rest)) => (dev, Path::new("/").join(rest)),
             _ => (&root, node.path.clone()),
         };
-        let unmounted = on.unmount(&path, &host_proc)?;
+        let unmounted = on.unmount(&path)?;
         let removed = on.remove_node(&path, node.major, node.minor)?;
         info!(
             "{}: unmounted {unmounted}, removed {removed}",
@@ -249,27 +246,12 @@ pub fn detach(
         });
     }
     if let Some(mask) = mask {
-        unmask(&root, &host_proc)?;
+        unmask(&root)?;
         let shown = mask.gpus().count();
         let masked = mask.apply(&root)?;
         info!("/proc/driver/nvidia shows {shown} GPU folders now: {masked:?}");
     }
     Ok(done)
-}
-
-/// The host's procfs, opened (`O_PATH`) before a mount namespace is entered: the one path
-/// by which a mount in the container is named to `umount2` ([`ContainerRoot::unmount`]).
-pub fn open_host_proc() -> Result<OwnedFd, FsError> {
-    rustix::fs::open(
-        "/proc",
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| FsError::Host {
-        op: "open",
-        path: PathBuf::from("/proc"),
-        source: e.into(),
-    })
 }
 
 /// The container paths of `edits`'s mounts that are mounted already (a mount of their own,
@@ -302,9 +284,9 @@ pub fn node_present(
 
 /// Takes an earlier mask off the container's `/proc/driver/nvidia` (mounted over its
 /// procfs), so that a new one shows the GPUs attached since.
-pub fn unmask(root: &ContainerRoot, host_proc: &OwnedFd) -> Result<(), FsError> {
+pub fn unmask(root: &ContainerRoot) -> Result<(), FsError> {
     if let Some(proc) = root.submount(Path::new("/proc"), Filesystem::Procfs)? {
-        if proc.unmount(Path::new("/driver/nvidia"), host_proc)? {
+        if proc.unmount(Path::new("/driver/nvidia"))? {
             info!("took the old mask off /proc/driver/nvidia");
         }
     }

@@ -167,11 +167,6 @@ pub fn set_up_noted(
     };
     phases.mark("nodes");
     let proc_mask = ProcMask::prepare(&driver.roots.nvidia_proc(), &planned.visible_gpus)?;
-    // A running container's old mask is unmounted through the host's procfs.
-    let host_proc = match target.running {
-        true => Some(crate::attach::open_host_proc()?),
-        false => None,
-    };
 
     phases.mark("proc-mask-sources");
     // Phase 2, the container's mount namespace.
@@ -247,9 +242,8 @@ pub fn set_up_noted(
         };
         mounted_now += 1;
         let (on, path) = runtime_tmpfs.place(&root, &m.container_path);
-        let staged_on = stage
-            .filter(|_| m.kind != MountKind::Directory)
-            .filter(|_| std::ptr::eq(on, &root));
+        // A file on the rootfs's mount (not one already on a runtime tmpfs).
+        let staged_on = stage.filter(|_| m.kind != MountKind::Directory && std::ptr::eq(on, &root));
         if let Some(dev) = staged_on {
             // The file's name in the image's folder is a link to its mount point on the
             // runtime's /dev: a layer committed from the running container holds a
@@ -300,8 +294,9 @@ pub fn set_up_noted(
         }
     }
     phases.mark("links");
-    if let (Some(_), Some(host_proc)) = (&proc_mask, &host_proc) {
-        crate::attach::unmask(&root, host_proc)?;
+    if proc_mask.is_some() && target.running {
+        // A running container's old mask goes first.
+        crate::attach::unmask(&root)?;
     }
     if let Some(mask) = proc_mask {
         // No procfs, or none with the driver's folder: nothing of the host to hide.

@@ -2,7 +2,7 @@
 //! directory's names ([`ContainerRoot::read_dir`]), each bounded by the caller.
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use rustix::fs::{Mode, OFlags};
@@ -113,6 +113,11 @@ pub(crate) fn keep_host_proc() -> Result<(), Errno> {
         let _ = HOST_PROC.set(proc);
     }
     Ok(())
+}
+
+/// The host's procfs kept by [`keep_host_proc`], once a mount namespace was entered.
+pub(crate) fn host_proc() -> Option<BorrowedFd<'static>> {
+    HOST_PROC.get().map(AsFd::as_fd)
 }
 
 /// Opens the inode an `O_PATH` fd holds, with `flags`, through the host's procfs.

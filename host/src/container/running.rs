@@ -3,7 +3,7 @@
 //! rootfs; what is already there, told apart from what nvc may still add; and taking a
 //! device node back out (unmounted, then removed).
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
@@ -75,14 +75,19 @@ impl ContainerRoot {
     }
 
     /// Unmounts (lazily, `MNT_DETACH`) the mount whose root `path` is, on top of this
-    /// root's mount: a device node or mask nvc bound there. `host_proc`: the host's
-    /// procfs, opened before the mount namespace was entered; `umount2` takes only a path,
+    /// root's mount: a device node or mask nvc bound there. `umount2` takes only a path,
     /// and the container's own `/proc` does not show this process, so the mount is named
-    /// as `<host procfs>/self/fd/N` of the fd resolved here. Returns false when `path` is
-    /// not a mount on top of this root's (nothing to unmount).
-    pub fn unmount(&self, path: &Path, host_proc: &OwnedFd) -> Result<bool, FsError> {
+    /// as `<host procfs>/self/fd/N` of the fd resolved here, through the host's procfs
+    /// that [`super::enter_mount_namespace`] kept open. Returns false when `path` is not
+    /// a mount on top of this root's (nothing to unmount).
+    pub fn unmount(&self, path: &Path) -> Result<bool, FsError> {
         const OP: &str = "unmount";
         self.check_absolute(OP, path)?;
+        let host_proc = super::read::host_proc().ok_or_else(|| FsError::Host {
+            op: "find the host's /proc (kept when a mount namespace is entered) to unmount",
+            path: path.to_path_buf(),
+            source: Errno::BADF.into(),
+        })?;
         let fd = match self.lookup_across(path, false) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(false),
