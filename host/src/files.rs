@@ -388,15 +388,7 @@ impl Writer {
 }
 
 fn process_start(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat_start_time(&stat)
-}
-
-/// The start time in a `/proc/<pid>/stat` line: the 20th field after the command name,
-/// which is in parentheses and may itself hold spaces and parentheses.
-fn stat_start_time(stat: &str) -> Option<u64> {
-    let (_, after) = stat.rsplit_once(')')?;
-    after.split_whitespace().nth(19)?.parse().ok()
+    crate::process::stat(i32::try_from(pid).ok()?).map(|s| s.start_time)
 }
 
 /// The writer named in `file_name` if it is a temporary file for the file `name`.
@@ -711,12 +703,7 @@ mod tests {
     }
 
     #[test]
-    fn stat_lines() {
-        let line = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 \
-                    987654 10000 200 18446744073709551615";
-        assert_eq!(stat_start_time(line), Some(987_654));
-        assert_eq!(stat_start_time("4242 (x) S 1 2"), None);
-        assert_eq!(stat_start_time("garbage"), None);
+    fn this_process_is_its_own_writer() {
         let me = Writer::current().unwrap();
         assert_eq!(me.pid, std::process::id());
         assert!(me.is_alive());

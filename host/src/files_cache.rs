@@ -141,7 +141,8 @@ impl RunCache {
         if st.st_size as u64 > MAX_SIZE {
             return Err(Refused::Untrusted(format!("larger than {MAX_SIZE} bytes")));
         }
-        let mut bytes = Vec::new();
+        // Room for the whole entry and one byte more: one read, then one that finds the end.
+        let mut bytes = Vec::with_capacity(usize::try_from(st.st_size).unwrap_or(0) + 1);
         File::from(fd)
             .take(MAX_SIZE + 1)
             .read_to_end(&mut bytes)

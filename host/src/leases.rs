@@ -24,7 +24,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use libnvc::discover::Driver;
 use libnvc::edits::{self, EditsError};
-use libnvc::lease::{self, Conflict, Entry, GpuRef, Holder, LeaseFile, Liveness, ProcStat};
+use libnvc::lease::{self, Conflict, Entry, GpuRef, Holder, LeaseFile, Liveness};
 use libnvc::request::{Request, VISIBLE_DEVICES};
 
 use crate::files::{self, FileError, WriteOptions};
@@ -142,7 +142,7 @@ pub fn take(
     if gpus.len() > lease::MAX_GPUS {
         return Err(LeaseError::TooManyGpus(gpus.len()));
     }
-    let start_time = process(pid)
+    let start_time = crate::process::stat(pid)
         .map(|s| s.start_time)
         .ok_or(LeaseError::NoProcess { pid })?;
     let me = Holder {
@@ -251,7 +251,8 @@ fn live_holders(dir: &Path, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
                     files::remove(&path)?;
                 }
                 Found::Lease(file) => {
-                    let liveness = lease::liveness(&file.holder, process(file.holder.pid));
+                    let liveness =
+                        lease::liveness(&file.holder, crate::process::stat(file.holder.pid));
                     if liveness.is_live() {
                         live.push(file);
                     } else {
@@ -399,7 +400,8 @@ pub fn list(dir: &Path) -> Result<Vec<Listed>, LeaseError> {
                 Found::Missing => {}
                 Found::Garbage(reason) => garbage.push(Listed::Garbage { path, reason }),
                 Found::Lease(file) => {
-                    let liveness = lease::liveness(&file.holder, process(file.holder.pid));
+                    let liveness =
+                        lease::liveness(&file.holder, crate::process::stat(file.holder.pid));
                     held.extend(file.gpus.into_iter().map(|g| Listed::Holder {
                         index: g.index,
                         gpu: g.uuid,
@@ -425,16 +427,7 @@ fn list_order(l: &Listed) -> (&str, u64, &str) {
 }
 
 fn is_live(holder: &Holder) -> bool {
-    lease::liveness(holder, process(holder.pid)).is_live()
-}
-
-/// What `/proc/<pid>/stat` says, or `None` when there is no such process.
-fn process(pid: i32) -> Option<ProcStat> {
-    if pid <= 0 {
-        return None;
-    }
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    lease::parse_proc_stat(&stat)
+    lease::liveness(holder, crate::process::stat(holder.pid)).is_live()
 }
 
 /// A permission error: the folder belongs to another user namespace's root, or is on a

@@ -35,6 +35,7 @@ pub mod logging;
 pub mod phases;
 pub mod probe;
 pub mod proc_mask;
+pub mod process;
 pub mod setup;
 pub mod trace;
 

@@ -15,7 +15,7 @@
 //! same mounts in the spec. Its soname names are mounts of the library file, and the new
 //! ld.so.cache is mounted over the image's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::{Driver, LibClass};
@@ -123,8 +123,9 @@ pub fn set_up_noted(
         noexec: true,
     };
     let mut node_sources = Vec::new();
+    let in_spec: BTreeSet<&Path> = target.spec_devices.iter().map(PathBuf::as_path).collect();
     for node in &planned.device_nodes {
-        if target.spec_devices.iter().any(|p| p == &node.path) {
+        if in_spec.contains(node.path.as_path()) {
             continue;
         }
         if !node.on_host {

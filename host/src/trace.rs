@@ -174,14 +174,6 @@ fn io(op: &'static str, path: &Path) -> impl FnOnce(Errno) -> TraceError {
     }
 }
 
-/// The start time of process `pid` (clock ticks since boot), or `None` if it is gone.
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    libnvc::lease::parse_proc_stat(&stat)
-        .filter(|s| !matches!(s.state, 'Z' | 'X' | 'x'))
-        .map(|s| s.start_time)
-}
-
 /// `<state_dir>/containers`, made where missing (mode 0700), opened.
 fn containers_dir(state_dir: &Path) -> Result<(PathBuf, OwnedFd), TraceError> {
     let dir = state_dir.join("containers");
@@ -292,7 +284,7 @@ impl RecordDir {
                 st.st_dev,
                 st.st_ino,
                 pid,
-                start_time(pid).unwrap_or(0),
+                crate::process::start_time(pid).unwrap_or(0),
             )),
         })
     }
@@ -450,7 +442,8 @@ impl Addition {
         let (dir, parent) = containers_dir(state_dir)?;
         let name = folder_name(id, bundle, (st.st_dev, st.st_ino));
         let found = read_record(&parent, &dir, &name)?.filter(|found| {
-            found.record.pid == pid && start_time(pid) == Some(found.record.pid_start)
+            found.record.pid == pid
+                && crate::process::start_time(pid) == Some(found.record.pid_start)
         });
         let to = match found {
             Some(found) => AddTo::Existing { parent, dir, found },
@@ -568,7 +561,8 @@ fn live_sharer(parent: &OwnedFd, dir: &Path, me: &Found) -> Option<Found> {
         };
         let same_root = (other.record.rootfs_dev, other.record.rootfs_ino)
             == (me.record.rootfs_dev, me.record.rootfs_ino);
-        if same_root && start_time(other.record.pid) == Some(other.record.pid_start) {
+        if same_root && crate::process::start_time(other.record.pid) == Some(other.record.pid_start)
+        {
             return read_record(parent, dir, &name).ok().flatten();
         }
     }

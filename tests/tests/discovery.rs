@@ -928,3 +928,158 @@ fn the_run_cache_serves_the_fake_driver_and_falls_back_when_it_must() {
     assert!(cache.read(&roots, &full.version).is_err());
     assert_eq!(json(&cached(&cache)), json(&full));
 }
+
+/// A probe that lists every path it was asked about, in front of another.
+struct Recording<'a> {
+    inner: &'a dyn libnvc::probe::HostProbe,
+    asked: std::cell::RefCell<Vec<PathBuf>>,
+}
+
+impl<'a> Recording<'a> {
+    fn new(inner: &'a dyn libnvc::probe::HostProbe) -> Self {
+        Recording {
+            inner,
+            asked: Default::default(),
+        }
+    }
+
+    fn note(&self, path: &Path) {
+        self.asked.borrow_mut().push(path.to_path_buf());
+    }
+
+    /// Whether a path it was asked about starts with `prefix`.
+    fn asked_under(&self, prefix: &Path) -> bool {
+        self.asked.borrow().iter().any(|p| p.starts_with(prefix))
+    }
+}
+
+impl libnvc::probe::HostProbe for Recording<'_> {
+    fn read(&self, path: &Path, limit: usize) -> std::io::Result<(Vec<u8>, bool)> {
+        self.note(path);
+        self.inner.read(path, limit)
+    }
+    fn read_dir(&self, path: &Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+        self.note(path);
+        self.inner.read_dir(path)
+    }
+    fn stat(&self, path: &Path) -> std::io::Result<libnvc::probe::Stat> {
+        self.note(path);
+        self.inner.stat(path)
+    }
+    fn lstat(&self, path: &Path) -> std::io::Result<libnvc::probe::Stat> {
+        self.note(path);
+        self.inner.lstat(path)
+    }
+    fn read_link(&self, path: &Path) -> std::io::Result<PathBuf> {
+        self.note(path);
+        self.inner.read_link(path)
+    }
+    fn open(&self, path: &Path) -> std::io::Result<std::fs::File> {
+        self.note(path);
+        self.inner.open(path)
+    }
+    fn cuda_driver_version(&self, libcuda: &Path) -> Result<i32, libnvc::probe::ProbeError> {
+        self.inner.cuda_driver_version(libcuda)
+    }
+    fn is_host_root(&self, path: &Path) -> bool {
+        self.inner.is_host_root(path)
+    }
+    fn gpu_details(
+        &self,
+        nvml: &Path,
+        uuids: &[&str],
+    ) -> Result<Vec<libnvc::discover::GpuDetails>, libnvc::probe::ProbeError> {
+        self.inner.gpu_details(nvml, uuids)
+    }
+}
+
+#[test]
+fn a_start_reads_only_the_devices_its_request_can_use() {
+    use discover::{DeviceNeeds, Reading, Scope};
+    let tree = DriverTree::committed("mig");
+    let probe = tree.probe().unwrap();
+    let full = discover(&tree.roots(), &probe).unwrap();
+    assert!(!full.gpus[0].mig.is_empty() && full.mig_config.is_some());
+    let policy = RequestPolicy {
+        privileged: true,
+        ..RequestPolicy::default()
+    };
+    let nvidia = tree.proc_root.join("driver/nvidia");
+    let read = |env: &[&str], in_spec: &[(PathBuf, u32, u32)]| {
+        let request = Request::from_env(env.iter().copied(), &policy).unwrap();
+        let recording = Recording::new(&probe);
+        let reading = Reading {
+            scope: Scope::Full,
+            cache: None,
+            needs: DeviceNeeds::of(&request),
+            in_spec,
+        };
+        let driver = discover::discover_with(&tree.roots(), &recording, &reading).unwrap();
+        (driver, recording)
+    };
+    let without_mig = |d: &Driver| -> Vec<libnvc::discover::Gpu> {
+        d.gpus
+            .iter()
+            .map(|g| libnvc::discover::Gpu {
+                mig: Vec::new(),
+                ..g.clone()
+            })
+            .collect()
+    };
+
+    // Every GPU whole: no MIG folder, capability or IMEX folder is read; the rest is
+    // what a full discovery finds.
+    let (all, asked) = read(&["NVIDIA_VISIBLE_DEVICES=all"], &[]);
+    assert!(!asked.asked_under(&nvidia.join("capabilities")));
+    assert!(!asked.asked_under(&tree.dir.join("dev/nvidia-caps-imex-channels")));
+    assert!(all.gpus.iter().all(|g| g.mig.is_empty()));
+    assert_eq!(all.gpus, without_mig(&full));
+    assert_eq!((all.mig_config, all.mig_monitor), (None, None));
+    assert_eq!(all.libraries, full.libraries);
+    assert_eq!(all.control_nodes, full.control_nodes);
+    // A MIG device asked for: the instances are read, as in full.
+    let (mig, asked) = read(&["NVIDIA_VISIBLE_DEVICES=0:1"], &[]);
+    assert!(asked.asked_under(&nvidia.join("capabilities/gpu1/mig")));
+    assert_eq!(mig.gpus, full.gpus);
+    assert!(edits::select(&mig, &request(&["NVIDIA_VISIBLE_DEVICES=0:1"]).devices, "V").is_ok());
+    // The MIG capabilities asked for: their nodes, not the instances.
+    let (caps, _) = read(
+        &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"],
+        &[],
+    );
+    assert_eq!(caps.mig_config, full.mig_config);
+    assert_eq!(caps.mig_monitor, full.mig_monitor);
+    assert!(caps.gpus.iter().all(|g| g.mig.is_empty()));
+
+    // The nodes the spec has come from the spec: not one is looked at on the host.
+    let in_spec: Vec<(PathBuf, u32, u32)> = full
+        .gpus
+        .iter()
+        .map(|g| &g.node)
+        .chain(&full.control_nodes)
+        .map(|n| (n.path.clone(), n.major, n.minor))
+        .collect();
+    let (spec, asked) = read(&["NVIDIA_VISIBLE_DEVICES=all"], &in_spec);
+    assert!(
+        !asked.asked_under(&tree.dir.join("dev")),
+        "{:?}",
+        asked.asked.borrow()
+    );
+    assert!(
+        !asked.asked_under(&tree.proc_root.join("devices")),
+        "no node needs the registered majors"
+    );
+    let numbers = |d: &Driver| -> Vec<(PathBuf, PathBuf, u32, u32)> {
+        d.gpus
+            .iter()
+            .map(|g| &g.node)
+            .chain(&d.control_nodes)
+            .map(|n| (n.path.clone(), n.host_path.clone(), n.major, n.minor))
+            .collect()
+    };
+    assert_eq!(numbers(&spec), numbers(&full));
+    // A node the spec lacks is still the host's.
+    let (partial, asked) = read(&["NVIDIA_VISIBLE_DEVICES=all"], &in_spec[1..]);
+    assert!(asked.asked_under(&full.gpus[0].node.host_path));
+    assert_eq!(partial.gpus[0].node, full.gpus[0].node);
+}

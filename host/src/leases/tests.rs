@@ -25,7 +25,7 @@ fn refs(uuids: &[String]) -> Vec<GpuRef<'_>> {
 }
 
 fn start_time(pid: u32) -> u64 {
-    process(pid as i32).unwrap().start_time
+    crate::process::stat(pid as i32).unwrap().start_time
 }
 
 /// A holder for this test process (live while the test runs).

@@ -242,6 +242,72 @@ pub fn discover_devices(
     discover_scope(roots, probe, Scope::Devices)
 }
 
+/// What a container start reads of the devices beyond its GPUs' proc files and the
+/// control nodes: only what its request can use ([`DeviceNeeds::of`]). Every other
+/// reader (`nvc list`, CDI generation, `nvc check`) reads it all ([`DeviceNeeds::ALL`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceNeeds {
+    /// Each GPU's MIG instances (`capabilities/gpu<N>/mig`, five reads a GPU): only a
+    /// request that names a MIG device selects one.
+    pub mig_devices: bool,
+    /// The MIG `config` and `monitor` capability nodes.
+    pub mig_caps: bool,
+    /// The IMEX channel nodes.
+    pub imex_channels: bool,
+}
+
+impl DeviceNeeds {
+    /// Everything.
+    pub const ALL: DeviceNeeds = DeviceNeeds {
+        mig_devices: true,
+        mig_caps: true,
+        imex_channels: true,
+    };
+
+    /// What `request` can use: its edits ([`crate::edits::build`]) read nothing else.
+    pub fn of(request: &crate::request::Request) -> DeviceNeeds {
+        use crate::request::{ChannelSelection, DeviceSelection};
+        let asked = |s: &DeviceSelection| {
+            !matches!(s, DeviceSelection::NotRequested | DeviceSelection::None)
+        };
+        DeviceNeeds {
+            mig_devices: [&request.devices, &request.mig_config, &request.mig_monitor]
+                .into_iter()
+                .any(DeviceSelection::names_mig_device),
+            mig_caps: asked(&request.mig_config) || asked(&request.mig_monitor),
+            imex_channels: request.imex_channels != ChannelSelection::None,
+        }
+    }
+}
+
+/// How [`discover_with`] reads: the scope, the files cache, the device needs, and the
+/// nodes the spec already gives the container.
+#[derive(Clone, Copy)]
+pub struct Reading<'a> {
+    /// How much of the driver.
+    pub scope: Scope,
+    /// Where the driver's files may come from ([`discover_cached`]).
+    pub cache: Option<&'a dyn FilesCache>,
+    /// Which of the optional devices.
+    pub needs: DeviceNeeds,
+    /// The spec's `linux.devices` (path, major, minor), whose nodes the runtime makes
+    /// as the spec says: a node with one of these paths is taken from here instead of
+    /// the host ([`DeviceNode::in_spec`]). Empty: every node is read from the host.
+    pub in_spec: &'a [(PathBuf, u32, u32)],
+}
+
+impl<'a> Reading<'a> {
+    /// Everything `scope` covers, from the host, with `cache`.
+    pub fn all(scope: Scope, cache: Option<&'a dyn FilesCache>) -> Reading<'a> {
+        Reading {
+            scope,
+            cache,
+            needs: DeviceNeeds::ALL,
+            in_spec: &[],
+        }
+    }
+}
+
 /// Reads what `scope` asks for under `roots`, through `probe`.
 pub fn discover_scope(
     roots: &DriverRoots,
@@ -263,6 +329,22 @@ pub fn discover_cached(
     scope: Scope,
     cache: Option<&dyn FilesCache>,
 ) -> Result<Driver, DiscoverError> {
+    discover_with(roots, probe, &Reading::all(scope, cache))
+}
+
+/// [`discover_cached`] as `reading` says: the devices a request cannot use are left
+/// out (empty), and the nodes the spec has are not read from the host.
+pub fn discover_with(
+    roots: &DriverRoots,
+    probe: &dyn HostProbe,
+    reading: &Reading<'_>,
+) -> Result<Driver, DiscoverError> {
+    let Reading {
+        scope,
+        cache,
+        needs,
+        in_spec,
+    } = *reading;
     // Resolving each driver path walks the same folders again: ask the host once each.
     let memo = host::MemoProbe::new(probe);
     let probe: &dyn HostProbe = &memo;
@@ -302,13 +384,17 @@ pub fn discover_cached(
             })
         }
     };
-    let majors = nodes::read_majors(probe, &roots.proc_root);
+    let nodes = nodes::Nodes::new(probe, roots, in_spec);
     let gpus = proc::read_gpus(probe, &nvidia)?
         .into_iter()
         .enumerate()
         .map(|(i, g)| {
-            let node = nodes::gpu_node(probe, &roots.dev_root, &majors, g.minor);
-            let mig = proc::read_mig_instances(probe, &nvidia, g.minor)
+            let node = nodes.gpu(g.minor);
+            let instances = match needs.mig_devices {
+                true => proc::read_mig_instances(probe, &nvidia, g.minor),
+                false => Vec::new(),
+            };
+            let mig = instances
                 .into_iter()
                 .enumerate()
                 .map(|(n, (gi, ci, gi_minor, ci_minor))| MigDevice {
@@ -317,7 +403,7 @@ pub fn discover_cached(
                     ci,
                     caps: [gi_minor, ci_minor]
                         .into_iter()
-                        .filter_map(|m| nodes::cap_node(probe, &roots.dev_root, &majors, m))
+                        .filter_map(|m| nodes.cap(m))
                         .collect(),
                 })
                 .collect();
@@ -333,8 +419,11 @@ pub fn discover_cached(
         })
         .collect();
     let cap_node = |name: &str| {
-        proc::read_cap_minor(probe, &nvidia.join("capabilities/mig").join(name))
-            .and_then(|minor| nodes::cap_node(probe, &roots.dev_root, &majors, minor))
+        let path = nvidia.join("capabilities/mig").join(name);
+        needs
+            .mig_caps
+            .then(|| proc::read_cap_minor(probe, &path))?
+            .and_then(|minor| nodes.cap(minor))
     };
     let driver_files = match cached {
         Some(found) => found,
@@ -370,10 +459,13 @@ pub fn discover_cached(
         } else {
             Vec::new()
         },
-        control_nodes: nodes::control_nodes(probe, &roots.dev_root, &majors),
+        control_nodes: nodes.control(),
         mig_config: cap_node("config"),
         mig_monitor: cap_node("monitor"),
-        imex_channels: nodes::imex_channels(probe, &roots.dev_root),
+        imex_channels: match needs.imex_channels {
+            true => nodes::imex_channels(probe, &roots.dev_root),
+            false => Vec::new(),
+        },
         roots: roots.clone(),
         version,
         gpus,

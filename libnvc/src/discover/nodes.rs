@@ -1,12 +1,14 @@
 //! Device nodes under `<dev-root>/dev`: read with their real major:minor, mode and
 //! owner; nodes the driver has not created yet get the numbers `/proc/devices` gives.
 
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::proc::parse_char_majors;
+use super::DriverRoots;
 use crate::probe::{self, FileKind, HostProbe};
 
 /// A character device node the container gets.
@@ -49,6 +51,138 @@ fn majors(proc_devices: Option<&str>) -> BTreeMap<String, u32> {
     m
 }
 
+impl DeviceNode {
+    /// The node at `path` in the container that the spec's `linux.devices` already has,
+    /// with the spec's numbers: the runtime makes it as the spec says, so its host node
+    /// is not read. Its mode and owner are the spec's business; they stand here as
+    /// `0666`, root's.
+    pub fn in_spec(path: &Path, dev_root: &Path, major: u32, minor: u32) -> DeviceNode {
+        let rel = path.strip_prefix("/dev").unwrap_or(path);
+        DeviceNode {
+            path: path.to_path_buf(),
+            host_path: dev_root.join("dev").join(rel),
+            major,
+            minor,
+            file_mode: 0o666,
+            uid: 0,
+            gid: 0,
+            on_host: true,
+        }
+    }
+}
+
+/// Reads the device nodes under a dev root: from the spec when it has them
+/// ([`DeviceNode::in_spec`]), else from the host, with the majors of `/proc/devices`
+/// read once, when a node first needs them.
+pub(super) struct Nodes<'a> {
+    probe: &'a dyn HostProbe,
+    dev_root: &'a Path,
+    proc_root: &'a Path,
+    in_spec: &'a [(PathBuf, u32, u32)],
+    majors: OnceCell<BTreeMap<String, u32>>,
+}
+
+impl<'a> Nodes<'a> {
+    pub(super) fn new(
+        probe: &'a dyn HostProbe,
+        roots: &'a DriverRoots,
+        in_spec: &'a [(PathBuf, u32, u32)],
+    ) -> Nodes<'a> {
+        Nodes {
+            probe,
+            dev_root: &roots.dev_root,
+            proc_root: &roots.proc_root,
+            in_spec,
+            majors: OnceCell::new(),
+        }
+    }
+
+    fn major(&self, name: &str) -> Option<u32> {
+        self.majors
+            .get_or_init(|| read_majors(self.probe, self.proc_root))
+            .get(name)
+            .copied()
+    }
+
+    /// The spec's node at `/dev/<rel>`, if it has one.
+    fn spec_node(&self, rel: &str) -> Option<DeviceNode> {
+        let path = Path::new("/dev").join(rel);
+        let (_, major, minor) = self.in_spec.iter().find(|(p, _, _)| *p == path)?;
+        Some(DeviceNode::in_spec(&path, self.dev_root, *major, *minor))
+    }
+
+    /// The node `<dev_root>/dev/<rel>`: the spec's, else the host's when it is a
+    /// character device.
+    fn node(&self, rel: &str) -> Option<DeviceNode> {
+        self.spec_node(rel)
+            .or_else(|| host_node(self.probe, self.dev_root, rel))
+    }
+
+    /// [`Nodes::node`], else one made of the numbers the driver registered (runc creates
+    /// it in the container from them).
+    fn node_or(&self, rel: &str, numbers: impl FnOnce() -> (u32, u32)) -> DeviceNode {
+        self.node(rel).unwrap_or_else(|| {
+            let (major, minor) = numbers();
+            DeviceNode {
+                path: Path::new("/dev").join(rel),
+                host_path: self.dev_root.join("dev").join(rel),
+                major,
+                minor,
+                file_mode: 0o666,
+                uid: 0,
+                gid: 0,
+                on_host: false,
+            }
+        })
+    }
+
+    /// `/dev/nvidia<minor>`.
+    pub(super) fn gpu(&self, gpu_minor: u32) -> DeviceNode {
+        self.node_or(&format!("nvidia{gpu_minor}"), || {
+            (self.major("nvidia").unwrap_or(195), gpu_minor)
+        })
+    }
+
+    /// `/dev/nvidia-caps/nvidia-cap<minor>`, when the node exists or the `nvidia-caps`
+    /// major is registered.
+    pub(super) fn cap(&self, cap_minor: u32) -> Option<DeviceNode> {
+        let rel = format!("nvidia-caps/nvidia-cap{cap_minor}");
+        if let Some(node) = self.node(&rel) {
+            return Some(node);
+        }
+        let major = self.major("nvidia-caps")?;
+        Some(self.node_or(&rel, || (major, cap_minor)))
+    }
+
+    /// `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`, `nvidia-modeset`: those present on
+    /// the host (or in the spec), plus those the loaded modules registered but that have
+    /// no node yet.
+    pub(super) fn control(&self) -> Vec<DeviceNode> {
+        let nv = || self.major("nvidia").unwrap_or(195);
+        let uvm = || self.major("nvidia-uvm");
+        [
+            "nvidiactl",
+            "nvidia-uvm",
+            "nvidia-uvm-tools",
+            "nvidia-modeset",
+        ]
+        .into_iter()
+        .filter_map(|rel| {
+            if let Some(node) = self.node(rel) {
+                return Some(node);
+            }
+            let numbers = match rel {
+                "nvidiactl" => (nv(), 255),
+                "nvidia-uvm" => (uvm()?, 0),
+                "nvidia-uvm-tools" => (uvm()?, 1),
+                _ => return None,
+            };
+            Some(self.node_or(rel, || numbers))
+        })
+        .collect()
+    }
+}
+
 /// The node `<dev_root>/dev/<rel>`, read from the host when it is a character device.
 fn host_node(probe: &dyn HostProbe, dev_root: &Path, rel: &str) -> Option<DeviceNode> {
     let host_path = dev_root.join("dev").join(rel);
@@ -66,75 +200,6 @@ fn host_node(probe: &dyn HostProbe, dev_root: &Path, rel: &str) -> Option<Device
         gid: meta.gid,
         on_host: true,
     })
-}
-
-/// The node `<dev_root>/dev/<rel>` from the host, else one made of the numbers the
-/// driver registered (runc creates it in the container from them).
-fn node_or(probe: &dyn HostProbe, dev_root: &Path, rel: &str, numbers: (u32, u32)) -> DeviceNode {
-    host_node(probe, dev_root, rel).unwrap_or_else(|| DeviceNode {
-        path: Path::new("/dev").join(rel),
-        host_path: dev_root.join("dev").join(rel),
-        major: numbers.0,
-        minor: numbers.1,
-        file_mode: 0o666,
-        uid: 0,
-        gid: 0,
-        on_host: false,
-    })
-}
-
-/// `/dev/nvidia<minor>`.
-pub fn gpu_node(
-    probe: &dyn HostProbe,
-    dev_root: &Path,
-    majors: &BTreeMap<String, u32>,
-    gpu_minor: u32,
-) -> DeviceNode {
-    let major = majors.get("nvidia").copied().unwrap_or(195);
-    node_or(
-        probe,
-        dev_root,
-        &format!("nvidia{gpu_minor}"),
-        (major, gpu_minor),
-    )
-}
-
-/// `/dev/nvidia-caps/nvidia-cap<minor>`, when the node exists or the `nvidia-caps`
-/// major is registered.
-pub fn cap_node(
-    probe: &dyn HostProbe,
-    dev_root: &Path,
-    majors: &BTreeMap<String, u32>,
-    cap_minor: u32,
-) -> Option<DeviceNode> {
-    let rel = format!("nvidia-caps/nvidia-cap{cap_minor}");
-    match majors.get("nvidia-caps") {
-        Some(major) => Some(node_or(probe, dev_root, &rel, (*major, cap_minor))),
-        None => host_node(probe, dev_root, &rel),
-    }
-}
-
-/// `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`, `nvidia-modeset`: those present on
-/// the host, plus those the loaded modules registered but that have no node yet.
-pub fn control_nodes(
-    probe: &dyn HostProbe,
-    dev_root: &Path,
-    majors: &BTreeMap<String, u32>,
-) -> Vec<DeviceNode> {
-    let nv = majors.get("nvidia").copied().unwrap_or(195);
-    let uvm = majors.get("nvidia-uvm").copied();
-    [
-        ("nvidiactl", Some((nv, 255))),
-        ("nvidia-uvm", uvm.map(|m| (m, 0))),
-        ("nvidia-uvm-tools", uvm.map(|m| (m, 1))),
-        ("nvidia-modeset", None),
-    ]
-    .into_iter()
-    .filter_map(|(rel, numbers)| match numbers {
-        Some(n) => Some(node_or(probe, dev_root, rel, n)),
-        None => host_node(probe, dev_root, rel),
-    })
-    .collect()
 }
 
 /// `/dev/nvidia-caps-imex-channels/channel<N>` present on the host, by N.

@@ -13,6 +13,8 @@
 //! | the request (policy, environment, annotations) | yes | yes | yes |
 //! | refuse a rootfs that is the host's `/` (GPU containers) | yes | (nvc-host, by fd) | yes |
 //! | discover the driver | devices | all | all |
+//! | … of the devices: MIG, IMEX | those the request uses | those the request uses | all |
+//! | … the nodes the spec has | from the host | from the spec | from the host |
 //! | select the GPUs, edits | default layout | default layout | the image's layout |
 //! | the prestart hook entry, and that it exists | yes | | yes |
 //! | the requirements (`NVIDIA_REQUIRE_*`) | | yes | yes |
@@ -25,7 +27,9 @@ use nvc_config::Config;
 use serde_json::Value;
 
 use crate::discover::driver_root::resolve_in_root;
-use crate::discover::{self, DiscoverError, Driver, DriverRoots, FilesCache, Scope};
+use crate::discover::{
+    self, DeviceNeeds, DiscoverError, Driver, DriverRoots, FilesCache, Reading, Scope,
+};
 use crate::edits::{self, ContainerEdits, ContainerLayout, EditsError};
 use crate::oci::rootfs::{self, RootfsError};
 use crate::oci::spec::{self, HookEntry, SpecError, SpecView};
@@ -397,8 +401,23 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
         Stage::Runtime => Scope::Devices,
         Stage::Hook | Stage::Check => Scope::Full,
     };
+    // A start reads only the devices its request can use; the hook takes the nodes the
+    // spec has from the spec (the shim put them there, and the runtime made them), as
+    // it only binds the nodes the spec lacks. `nvc check` reads everything, to show it.
+    let reading = Reading {
+        scope,
+        cache,
+        needs: match stage {
+            Stage::Runtime | Stage::Hook => DeviceNeeds::of(&request),
+            Stage::Check => DeviceNeeds::ALL,
+        },
+        in_spec: match stage {
+            Stage::Hook => &view.devices,
+            Stage::Runtime | Stage::Check => &[],
+        },
+    };
     let roots = DriverRoots::from_config(&config.driver);
-    let driver = discover::discover_cached(&roots, probe, scope, cache)?;
+    let driver = discover::discover_with(&roots, probe, &reading)?;
     progress.driver = Some(driver.clone());
     let layout = match stage {
         // The hook learns the image's folders inside the container (nvc-host relocates

@@ -22,6 +22,19 @@ pub enum DeviceSelection {
     List(Vec<DeviceId>),
 }
 
+impl DeviceSelection {
+    /// Whether it names a MIG device (`<gpu>:<mig>` or a MIG UUID): only such a
+    /// selection needs the GPUs' MIG instances read.
+    pub fn names_mig_device(&self) -> bool {
+        match self {
+            DeviceSelection::List(ids) => ids
+                .iter()
+                .any(|id| matches!(id, DeviceId::MigIndex { .. } | DeviceId::MigUuid(_))),
+            _ => false,
+        }
+    }
+}
+
 /// One device named in a device list, normalised so equal devices compare equal.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum DeviceId {
