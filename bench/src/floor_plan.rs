@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use libnvc::edits::{ContainerLayout, MountKind};
-use libnvc::plan::{ConfigSource, Plan, Stage};
+use libnvc::plan::{ConfigSource, Handed, Plan, Stage};
 use nvc_config::Config;
 use nvc_tests::Bundle;
 use serde_json::{json, Value};
@@ -78,7 +78,7 @@ pub fn write(
         &source,
         &nvc_host::probe::RealHost,
         Stage::Hook,
-        &[],
+        &Handed::default(),
         None,
     )
     .map_err(|e| {

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use libnvc::plan::{ConfigSource, Plan, PlanError, Stage, DEVICE_MOUNT_ARG};
+use libnvc::plan::{ConfigSource, Handed, Plan, PlanError, Stage};
 use nvc_config::Config;
 use nvc_host::files_cache::RunCache;
 use nvc_host::phases::Phases;
@@ -23,8 +23,8 @@ pub enum HookError {
     #[error("unknown hook mode {0:?}: run as `nvc-hook prestart` (or createRuntime) from an OCI runtime")]
     Usage(String),
     /// Called with arguments nvc-runtime does not write.
-    #[error("unknown argument {0:?} (nvc-hook prestart takes only --device-mount <name>, written by nvc-runtime)")]
-    Argument(String),
+    #[error(transparent)]
+    Argument(#[from] libnvc::plan::HandedError),
     /// The configuration could not be loaded.
     #[error(transparent)]
     Config(#[from] nvc_config::ConfigError),
@@ -65,26 +65,12 @@ struct State {
     bundle: PathBuf,
 }
 
-/// The device mounts nvc-runtime handed on (`--device-mount <name>`, once each); an
-/// argument it does not write is the error.
-fn handed_mounts(args: &[String]) -> Result<Vec<String>, String> {
-    let mut names = Vec::new();
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match (arg.as_str(), it.next()) {
-            (DEVICE_MOUNT_ARG, Some(name)) => names.push(name.clone()),
-            _ => return Err(arg.clone()),
-        }
-    }
-    Ok(names)
-}
-
 /// Sets the container described on stdin up; `args`: the arguments after the mode.
 // The error is returned once, at the end of a one-shot process: its size costs nothing.
 #[allow(clippy::result_large_err)]
 pub fn run(args: &[String]) -> Result<(), HookError> {
     let mut phases = Phases::start("prestart");
-    let handed = handed_mounts(args).map_err(HookError::Argument)?;
+    let handed = Handed::parse(args)?;
     let (config, config_path) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc-hook");
     phases.mark("config");
@@ -217,35 +203,4 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
     phases.mark("record-save");
     phases.log();
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn strings(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn only_the_arguments_nvc_runtime_writes_are_taken() {
-        assert_eq!(handed_mounts(&[]), Ok(Vec::new()));
-        assert_eq!(
-            handed_mounts(&strings(&[
-                "--device-mount",
-                "0",
-                "--device-mount",
-                "imex/1"
-            ])),
-            Ok(strings(&["0", "imex/1"]))
-        );
-        assert_eq!(
-            handed_mounts(&strings(&["--device-mount"])),
-            Err("--device-mount".into())
-        );
-        assert_eq!(
-            handed_mounts(&strings(&["-config=/x"])),
-            Err("-config=/x".into())
-        );
-    }
 }

@@ -406,6 +406,7 @@ mod tests {
             imex_channels: Vec::new(),
             known_cuda_version: None,
             cacheable: false,
+            version_from_proc: false,
         }
     }
 

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use libnvc::oci::spec;
-use libnvc::plan::{ConfigSource, Plan, PlanError, Stage};
+use libnvc::plan::{ConfigSource, Handed, Plan, PlanError, Stage};
 use nvc_config::Config;
 use nvc_host::probe::RealHost;
 
@@ -24,8 +24,15 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
     {
         log::warn!("{}", libnvc::report::error_chain(&e));
     }
-    let plan = Plan::for_bundle(bundle, config, source, &RealHost, Stage::Runtime, &[])
-        .map_err(PlanError::from)?;
+    let plan = Plan::for_bundle(
+        bundle,
+        config,
+        source,
+        &RealHost,
+        Stage::Runtime,
+        &Handed::default(),
+    )
+    .map_err(PlanError::from)?;
     let (Some(gpu), mut spec) = (plan.gpu, plan.spec) else {
         log::debug!("{}: no GPU asked for; left alone", spec_path.display());
         return Ok(());

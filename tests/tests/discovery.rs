@@ -1013,6 +1013,7 @@ fn a_start_reads_only_the_devices_its_request_can_use() {
             cache: None,
             needs: DeviceNeeds::of(&request),
             in_spec,
+            gpus: None,
         };
         let driver = discover::discover_with(&tree.roots(), &recording, &reading).unwrap();
         (driver, recording)

@@ -157,7 +157,7 @@ fn bundle_on(tree: &DriverTree, env: &[&str]) -> (tempfile::TempDir, nvc_config:
 
 #[test]
 fn the_runtime_plan_of_a_bundle_gives_the_same_nodes() {
-    use libnvc::plan::{ConfigSource, Plan, Stage, Step};
+    use libnvc::plan::{ConfigSource, Handed, Plan, Stage, Step};
     let tree = DriverTree::committed("basic-2gpu");
     let probe = tree.probe().unwrap().with_cuda_version(CUDA_VERSION);
     let (bundle, config) = bundle_on(&tree, &[]);
@@ -165,8 +165,15 @@ fn the_runtime_plan_of_a_bundle_gives_the_same_nodes() {
         path: Path::new("/etc/nvc/config.toml"),
         from_env: false,
     };
-    let plan = Plan::for_bundle(bundle.path(), &config, &source, &probe, Stage::Runtime, &[])
-        .unwrap_or_else(|s| panic!("{}", libnvc::report::error_chain(&s.error)));
+    let plan = Plan::for_bundle(
+        bundle.path(),
+        &config,
+        &source,
+        &probe,
+        Stage::Runtime,
+        &Handed::default(),
+    )
+    .unwrap_or_else(|s| panic!("{}", libnvc::report::error_chain(&s.error)));
     let gpu = plan.gpu.unwrap();
     // The runtime reads the devices only: no file, the nodes of GPU 1.
     assert!(gpu.driver.libraries.is_empty());
@@ -185,8 +192,15 @@ fn the_runtime_plan_of_a_bundle_gives_the_same_nodes() {
             "NVIDIA_REQUIRE_CUDA=cuda>=100.0",
         ],
     );
-    let stopped =
-        Plan::for_bundle(bundle.path(), &config, &source, &probe, Stage::Check, &[]).unwrap_err();
+    let stopped = Plan::for_bundle(
+        bundle.path(),
+        &config,
+        &source,
+        &probe,
+        Stage::Check,
+        &Handed::default(),
+    )
+    .unwrap_err();
     assert_eq!(stopped.error.step(), Step::Requirements);
     assert!(
         stopped.error.to_string().contains("99.1"),
@@ -196,6 +210,41 @@ fn the_runtime_plan_of_a_bundle_gives_the_same_nodes() {
     let driver = stopped.progress.driver.unwrap();
     assert_eq!(driver.libraries.len(), nvc_tests::DRIVER_LIBRARIES.len());
     assert_eq!(stopped.progress.edits.unwrap().visible_gpus.len(), 2);
+}
+
+#[test]
+fn the_runtime_hands_its_gpus_to_the_hook_unless_a_mig_device_is_asked_for() {
+    use libnvc::plan::{ConfigSource, Handed, Plan, Stage, GPUS_ARG};
+    let tree = DriverTree::committed("mig");
+    let probe = tree.probe().unwrap();
+    let source = ConfigSource {
+        path: Path::new("/etc/nvc/config.toml"),
+        from_env: false,
+    };
+    let plan = |env: &[&str], stage: Stage, handed: &Handed| {
+        let (bundle, config) = bundle_on(&tree, env);
+        Plan::for_bundle(bundle.path(), &config, &source, &probe, stage, handed)
+            .unwrap_or_else(|s| panic!("{}", libnvc::report::error_chain(&s.error)))
+            .gpu
+            .unwrap()
+    };
+    let all = ["NVIDIA_VISIBLE_DEVICES=all"];
+    let runtime = plan(&all, Stage::Runtime, &Handed::default());
+    let args = runtime.hook.unwrap().entry.args;
+    assert_eq!(args[2], GPUS_ARG, "{args:?}");
+    let handed = Handed::parse(&args[2..]).unwrap();
+    // The hook handed the list plans as the one that reads the host.
+    let own = plan(&all, Stage::Hook, &Handed::default());
+    let from_list = plan(&all, Stage::Hook, &handed);
+    assert_eq!(from_list.driver.gpus, own.driver.gpus);
+    assert_eq!(from_list.edits, own.edits);
+    // A MIG device asked for: the hook is handed nothing, and reads the instances.
+    let mig = ["NVIDIA_VISIBLE_DEVICES=0:1"];
+    let runtime = plan(&mig, Stage::Runtime, &Handed::default());
+    assert_eq!(runtime.hook.unwrap().entry.args, ["nvc-hook", "prestart"]);
+    assert!(!plan(&mig, Stage::Hook, &Handed::default()).driver.gpus[0]
+        .mig
+        .is_empty());
 }
 
 // ---------------------------------------------------------------------------------------

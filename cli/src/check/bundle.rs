@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use libnvc::discover::Driver;
 use libnvc::edits::{ContainerEdits, ContainerLayout};
 use libnvc::oci::spec::SpecView;
-use libnvc::plan::{ConfigSource, HookPlan, Plan, Stage, Step, Stopped};
+use libnvc::plan::{ConfigSource, Handed, HookPlan, Plan, Stage, Step, Stopped};
 use libnvc::report::error_chain;
 use libnvc::request::{
     ChannelSelection, DeviceId, DeviceSelection, Request, CDI_ANNOTATION_PREFIX,
@@ -248,7 +248,14 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
         path: &probe.config_path,
         from_env: false,
     };
-    let outcome = Plan::for_bundle(dir, &config, &source, &RealHost, Stage::Check, &[]);
+    let outcome = Plan::for_bundle(
+        dir,
+        &config,
+        &source,
+        &RealHost,
+        Stage::Check,
+        &Handed::default(),
+    );
     let seen = Seen::of(&outcome);
     let stopped = outcome.as_ref().err();
     let fail = |report: BundleReport, stopped: &Stopped, row: Option<Row>| {

@@ -27,6 +27,7 @@ use crate::version::Version;
 pub use files_cache::{DriverFiles, FilesCache};
 pub use gpu_details::GpuDetails;
 pub use nodes::DeviceNode;
+pub use proc::GpuInventory;
 
 use crate::probe::{self as host, HostProbe, ProbeError};
 
@@ -92,6 +93,10 @@ pub struct Driver {
     /// CUDA version too ([`Driver::files`]).
     #[serde(skip)]
     pub cacheable: bool,
+    /// Whether the version came from the kernel module's proc file (else from the
+    /// libraries).
+    #[serde(skip)]
+    pub version_from_proc: bool,
 }
 
 /// One GPU.
@@ -294,6 +299,10 @@ pub struct Reading<'a> {
     /// as the spec says: a node with one of these paths is taken from here instead of
     /// the host ([`DeviceNode::in_spec`]). Empty: every node is read from the host.
     pub in_spec: &'a [(PathBuf, u32, u32)],
+    /// GPUs read moments ago by another process of the same start (the runtime shim,
+    /// for its hook): taken instead of the proc files when their driver is the version
+    /// the kernel module reports now.
+    pub gpus: Option<&'a GpuInventory>,
 }
 
 impl<'a> Reading<'a> {
@@ -304,6 +313,7 @@ impl<'a> Reading<'a> {
             cache,
             needs: DeviceNeeds::ALL,
             in_spec: &[],
+            gpus: None,
         }
     }
 }
@@ -344,6 +354,7 @@ pub fn discover_with(
         cache,
         needs,
         in_spec,
+        gpus: known_gpus,
     } = *reading;
     // Resolving each driver path walks the same folders again: ask the host once each.
     let memo = host::MemoProbe::new(probe);
@@ -368,6 +379,8 @@ pub fn discover_with(
         None
     };
     let from_proc = proc_version.is_some();
+    // GPUs read for this very driver need not be read again.
+    let known = known_gpus.filter(|k| proc_version.as_ref() == Some(&k.driver));
     let version = match proc_version
         .or_else(|| files::version_from_libraries(probe, &roots.root, cache.as_ref()))
     {
@@ -385,7 +398,11 @@ pub fn discover_with(
         }
     };
     let nodes = nodes::Nodes::new(probe, roots, in_spec);
-    let gpus = proc::read_gpus(probe, &nvidia)?
+    let proc_gpus = match known {
+        Some(known) => known.gpus.clone(),
+        None => proc::read_gpus(probe, &nvidia)?,
+    };
+    let gpus = proc_gpus
         .into_iter()
         .enumerate()
         .map(|(i, g)| {
@@ -447,9 +464,11 @@ pub fn discover_with(
         },
     };
     let cacheable = files_cache.is_some() && from_proc;
+    let version_from_proc = from_proc;
     Ok(Driver {
         known_cuda_version: driver_files.cuda_version,
         cacheable,
+        version_from_proc,
         libraries: driver_files.libraries,
         binaries: driver_files.binaries,
         firmware: driver_files.firmware,

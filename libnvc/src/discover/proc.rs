@@ -22,6 +22,15 @@ pub struct ProcGpu {
     pub dir: PathBuf,
 }
 
+/// The GPUs of one driver, as read from its proc files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInventory {
+    /// The driver version they were read for.
+    pub driver: String,
+    /// The GPUs, in PCI bus order, as [`read_gpus`] gives them.
+    pub gpus: Vec<ProcGpu>,
+}
+
 /// The driver version out of `/proc/driver/nvidia/version`, whose first line reads e.g.
 /// `NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build …`
 /// or `NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug …`.

@@ -46,6 +46,7 @@ fn driver() -> Driver {
         imex_channels: Vec::new(),
         known_cuda_version: None,
         cacheable: false,
+        version_from_proc: false,
     }
 }
 

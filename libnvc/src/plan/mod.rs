@@ -20,6 +20,9 @@
 //! | the requirements (`NVIDIA_REQUIRE_*`) | | yes | yes |
 
 pub mod attach;
+mod handed;
+
+pub use handed::{Handed, HandedError, HandedGpus, DEVICE_MOUNT_ARG, GPUS_ARG};
 
 use std::path::{Path, PathBuf};
 
@@ -176,10 +179,6 @@ pub struct ConfigSource<'a> {
     pub from_env: bool,
 }
 
-/// The hook's argument that hands it a device mount the runtime shim removed from the
-/// spec (`--device-mount <name>`, once per mount).
-pub const DEVICE_MOUNT_ARG: &str = "--device-mount";
-
 /// The prestart hook entry for `config`.
 pub fn hook_entry(config: &Config, source: &ConfigSource) -> HookEntry {
     let mut env = vec![HOOK_PATH_ENV.to_string()];
@@ -280,15 +279,16 @@ impl Plan {
     /// Runs the pipeline for the bundle at `bundle` under `config` (read from
     /// `source`), reading the host and the bundle through `probe`.
     ///
-    /// `handed`: the device mounts the runtime shim removed from the spec and handed to
-    /// the hook in its arguments ([`DEVICE_MOUNT_ARG`]); read as if the spec had them.
+    /// `handed`: what the runtime shim handed the hook in its arguments ([`Handed`]): the
+    /// device mounts it removed from the spec, read as if the spec had them, and the
+    /// GPUs it read, taken instead of reading them again when they are fresh.
     pub fn for_bundle(
         bundle: &Path,
         config: &Config,
         source: &ConfigSource,
         probe: &dyn HostProbe,
         stage: Stage,
-        handed: &[String],
+        handed: &Handed,
     ) -> Result<Plan, Stopped> {
         Plan::for_bundle_cached(bundle, config, source, probe, stage, handed, None)
     }
@@ -301,7 +301,7 @@ impl Plan {
         source: &ConfigSource,
         probe: &dyn HostProbe,
         stage: Stage,
-        handed: &[String],
+        handed: &Handed,
         cache: Option<&dyn FilesCache>,
     ) -> Result<Plan, Stopped> {
         let mut progress = Progress::default();
@@ -345,7 +345,7 @@ struct Inputs<'a> {
     source: &'a ConfigSource<'a>,
     probe: &'a dyn HostProbe,
     stage: Stage,
-    handed: &'a [String],
+    handed: &'a Handed,
     cache: Option<&'a dyn FilesCache>,
 }
 
@@ -371,7 +371,7 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
     // The device mounts, the environment, or the `cdi.k8s.io/` annotations naming
     // `nvidia.com/gpu` devices.
     let mut device_mounts = view.device_mounts.clone();
-    for name in handed {
+    for name in &handed.device_mounts {
         if !device_mounts.contains(name) {
             device_mounts.push(name.clone());
         }
@@ -403,7 +403,16 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
     };
     // A start reads only the devices its request can use; the hook takes the nodes the
     // spec has from the spec (the shim put them there, and the runtime made them), as
-    // it only binds the nodes the spec lacks. `nvc check` reads everything, to show it.
+    // it only binds the nodes the spec lacks, and the GPUs the shim read, when it
+    // handed them on. `nvc check` reads everything, to show it.
+    let roots = DriverRoots::from_config(&config.driver);
+    let handed_gpus = match stage {
+        Stage::Hook => handed
+            .gpus
+            .as_ref()
+            .and_then(|g| g.fresh(&roots.nvidia_proc())),
+        Stage::Runtime | Stage::Check => None,
+    };
     let reading = Reading {
         scope,
         cache,
@@ -415,8 +424,8 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
             Stage::Hook => &view.devices,
             Stage::Runtime | Stage::Check => &[],
         },
+        gpus: handed_gpus.as_ref(),
     };
-    let roots = DriverRoots::from_config(&config.driver);
     let driver = discover::discover_with(&roots, probe, &reading)?;
     progress.driver = Some(driver.clone());
     let layout = match stage {
@@ -458,6 +467,14 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
                 for name in &view.device_mounts {
                     entry.args.push(DEVICE_MOUNT_ARG.to_string());
                     entry.args.push(name.clone());
+                }
+            }
+            // The GPUs just read, so that the hook reads them only when this list is
+            // stale. Not MIG instances: a request for one has the hook read them all.
+            if stage == Stage::Runtime && !in_spec && !reading.needs.mig_devices {
+                if let Some(gpus) = HandedGpus::of(&driver) {
+                    entry.args.push(GPUS_ARG.to_string());
+                    entry.args.push(gpus.to_arg());
                 }
             }
             let hook = HookPlan { entry, in_spec };

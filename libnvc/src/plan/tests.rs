@@ -82,7 +82,14 @@ impl Host {
             path: Path::new("/etc/nvc/config.toml"),
             from_env: false,
         };
-        Plan::for_bundle(&self.bundle(), &self.config, &source, probe, stage, &[])
+        Plan::for_bundle(
+            &self.bundle(),
+            &self.config,
+            &source,
+            probe,
+            stage,
+            &Handed::default(),
+        )
     }
 }
 
@@ -121,9 +128,106 @@ fn the_runtime_stage_plans_device_nodes_and_the_hook() {
     let hook = gpu.hook.unwrap();
     assert!(!hook.in_spec);
     assert_eq!(hook.entry.path, host.config.hook.path);
-    assert_eq!(hook.entry.args, ["nvc-hook", "prestart"]);
+    assert_eq!(hook.entry.args[..3], ["nvc-hook", "prestart", GPUS_ARG]);
     assert_eq!(hook.entry.env, [HOOK_PATH_ENV]);
     assert!(!gpu.requirements_checked);
+    // The GPUs it read go to the hook: the same list, in its arguments.
+    let handed = Handed::parse(&hook.entry.args[2..]).unwrap();
+    let list = handed
+        .gpus
+        .unwrap()
+        .fresh(&host.dir.path().join("proc/driver/nvidia"));
+    let list = list.unwrap();
+    assert_eq!(list.driver, "999.88.77");
+    let ids = |l: &[crate::discover::proc::ProcGpu]| -> Vec<(String, u32, String)> {
+        l.iter()
+            .map(|g| (g.bus_id.clone(), g.minor, g.uuid.clone()))
+            .collect()
+    };
+    let read: Vec<(String, u32, String)> = gpu
+        .driver
+        .gpus
+        .iter()
+        .map(|g| (g.bus_id.clone(), g.minor, g.uuid.clone()))
+        .collect();
+    assert_eq!(ids(&list.gpus), read);
+}
+
+/// `--gpus` as nvc-runtime writes it, for `driver`, `age_ms` old, each GPU's model `model`.
+fn handed_gpus(driver: &str, age_ms: u64, model: &str) -> Handed {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let gpu = |i: u32, bus: &str| {
+        json!([
+            bus,
+            i,
+            format!("GPU-{i}0000000-0000-0000-0000-000000000000"),
+            model
+        ])
+    };
+    let list = json!({
+        "driver": driver,
+        "at_ms": now - age_ms,
+        "gpus": [gpu(0, "0000:06:00.0"), gpu(1, "0000:07:00.0")],
+    });
+    Handed::parse(&[GPUS_ARG.to_string(), list.to_string()]).unwrap()
+}
+
+#[test]
+fn the_hook_takes_the_gpus_handed_to_it_only_fresh_and_for_the_running_driver() {
+    let host = Host::new();
+    let source = ConfigSource {
+        path: Path::new("/etc/nvc/config.toml"),
+        from_env: false,
+    };
+    let models = |handed: &Handed| -> Vec<String> {
+        let plan = Plan::for_bundle(
+            &host.bundle(),
+            &host.config,
+            &source,
+            &host.probe(),
+            Stage::Hook,
+            handed,
+        )
+        .unwrap();
+        plan.gpu
+            .unwrap()
+            .driver
+            .gpus
+            .iter()
+            .map(|g| g.model.clone())
+            .collect()
+    };
+    // The proc files say "NVIDIA H100"; a handed list that says otherwise shows which
+    // one the plan used.
+    assert_eq!(models(&Handed::default()), ["NVIDIA H100"; 2]);
+    assert_eq!(
+        models(&handed_gpus("999.88.77", 0, "handed")),
+        ["handed"; 2]
+    );
+    // Another driver since, or a list older than a start takes: read afresh.
+    assert_eq!(
+        models(&handed_gpus("999.88.76", 0, "handed")),
+        ["NVIDIA H100"; 2]
+    );
+    let stale = handed::MAX_AGE.as_millis() as u64 + 1000;
+    assert_eq!(
+        models(&handed_gpus("999.88.77", stale, "handed")),
+        ["NVIDIA H100"; 2]
+    );
+    // Only the hook takes it; `nvc check` and the shim read the host.
+    let plan = Plan::for_bundle(
+        &host.bundle(),
+        &host.config,
+        &source,
+        &host.probe(),
+        Stage::Check,
+        &handed_gpus("999.88.77", 0, "handed"),
+    )
+    .unwrap();
+    assert_eq!(plan.gpu.unwrap().driver.gpus[0].model, "NVIDIA H100");
 }
 
 #[test]
@@ -285,7 +389,8 @@ fn device_mounts_are_handed_from_the_runtime_to_the_hook() {
     assert!(nodes.contains(&PathBuf::from("/dev/nvidia1")), "{nodes:?}");
     assert!(!nodes.contains(&PathBuf::from("/dev/nvidia0")), "{nodes:?}");
     let args = gpu.hook.unwrap().entry.args;
-    assert_eq!(args, ["nvc-hook", "prestart", DEVICE_MOUNT_ARG, uuid]);
+    assert_eq!(args[..4], ["nvc-hook", "prestart", DEVICE_MOUNT_ARG, uuid]);
+    assert_eq!(args[4], GPUS_ARG);
     // A hook run without nvc-runtime (hooks.d, Docker's --gpus) reads the mount in the spec.
     assert!(host.plan(&host.probe(), Stage::Hook).unwrap().gpu.is_some());
 
@@ -300,7 +405,10 @@ fn device_mounts_are_handed_from_the_runtime_to_the_hook() {
         path: Path::new("/etc/nvc/config.toml"),
         from_env: false,
     };
-    let handed = vec![uuid.to_string()];
+    let handed = Handed {
+        device_mounts: vec![uuid.to_string()],
+        gpus: None,
+    };
     let plan = Plan::for_bundle(
         &host.bundle(),
         &host.config,
@@ -363,7 +471,7 @@ fn a_cuda_requirement_loads_libcuda_once_per_driver() {
             &source,
             probe,
             Stage::Hook,
-            &[],
+            &Handed::default(),
             Some(&kept),
         )
     };

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use libnvc::plan::{ConfigSource, Plan, Stage};
+use libnvc::plan::{ConfigSource, Handed, Plan, Stage};
 use nvc_config::Config;
 use nvc_host::probe::RealHost;
 use serde_json::{json, Value};
@@ -148,7 +148,14 @@ fn no_container_the_plan_would_touch_passes_the_fast_path() {
                 path,
                 from_env: true,
             };
-            let plan = Plan::for_bundle(&bundle, config, &source, &RealHost, Stage::Runtime, &[]);
+            let plan = Plan::for_bundle(
+                &bundle,
+                config,
+                &source,
+                &RealHost,
+                Stage::Runtime,
+                &Handed::default(),
+            );
             let untouched = matches!(&plan, Ok(p) if p.gpu.is_none());
             if !asks {
                 assert!(
