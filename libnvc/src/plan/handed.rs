@@ -26,10 +26,6 @@ pub const DEVICE_MOUNT_ARG: &str = "--device-mount";
 /// The hook's argument that hands it the GPUs the runtime shim read (`--gpus <json>`).
 pub const GPUS_ARG: &str = "--gpus";
 
-/// How old a handed list may be when the hook reads it: a start runs its prestart hook
-/// within a second of the shim, under load within a few.
-pub const MAX_AGE: Duration = Duration::from_secs(60);
-
 /// The most GPUs a handed list may name (the kernel module's minors are 0-254).
 const MAX_GPUS: usize = 255;
 
@@ -97,6 +93,10 @@ pub struct HandedGpus {
 }
 
 impl HandedGpus {
+    /// How old a handed list may be when the hook reads it: a start runs its prestart
+    /// hook within a second of the shim, under load within a few.
+    pub const MAX_AGE: Duration = Duration::from_secs(60);
+
     /// The list for `driver`'s GPUs, read now. `None` when the driver's version did not
     /// come from the kernel module (the hook could not check it against its own).
     pub fn of(driver: &Driver) -> Option<HandedGpus> {
@@ -151,11 +151,11 @@ impl HandedGpus {
     }
 
     /// The list as discovery takes it (which compares its driver with the version the
-    /// kernel module reports now), when it is fresh: under [`MAX_AGE`] old, not from the
+    /// kernel module reports now), when it is fresh: under [`HandedGpus::MAX_AGE`] old, not from the
     /// future. `nvidia` is `<proc root>/driver/nvidia`.
     pub fn fresh(&self, nvidia: &Path) -> Option<GpuInventory> {
         let age = now_ms().checked_sub(self.at_ms)?;
-        if age > MAX_AGE.as_millis() as u64 {
+        if age > Self::MAX_AGE.as_millis() as u64 {
             return None;
         }
         let gpus = self
@@ -396,7 +396,7 @@ mod tests {
             }]
         );
         // A stale list, one from the future: not used.
-        let old = MAX_AGE.as_millis() as u64 + 1_000;
+        let old = HandedGpus::MAX_AGE.as_millis() as u64 + 1_000;
         assert_eq!(gpus(now - old, &[]).fresh(nvidia), None);
         assert_eq!(gpus(now + 60_000, &[]).fresh(nvidia), None);
     }

@@ -212,7 +212,7 @@ fn the_hook_takes_the_gpus_handed_to_it_only_fresh_and_for_the_running_driver() 
         models(&handed_gpus("999.88.76", 0, "handed")),
         ["NVIDIA H100"; 2]
     );
-    let stale = handed::MAX_AGE.as_millis() as u64 + 1000;
+    let stale = HandedGpus::MAX_AGE.as_millis() as u64 + 1000;
     assert_eq!(
         models(&handed_gpus("999.88.77", stale, "handed")),
         ["NVIDIA H100"; 2]
