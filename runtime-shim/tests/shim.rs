@@ -496,7 +496,28 @@ fn gpu_container_gets_nodes_rules_and_hook() {
     let prestart = edited["hooks"]["prestart"].as_array().unwrap();
     assert_eq!(prestart.len(), 1);
     assert_eq!(prestart[0]["path"], w.hook.to_str().unwrap());
-    assert_eq!(prestart[0]["args"], json!(["nvc-hook", "prestart"]));
+    // The hook's arguments: its mode, then the GPUs the shim read, handed on.
+    let hook_args: Vec<String> = serde_json::from_value(prestart[0]["args"].clone()).unwrap();
+    assert_eq!(hook_args[..3], ["nvc-hook", "prestart", "--gpus"]);
+    let handed = libnvc::plan::Handed::parse(&hook_args[2..]).unwrap();
+    assert!(handed.device_mounts.is_empty());
+    let listed = handed
+        .gpus
+        .unwrap()
+        .fresh(Path::new("/proc/driver/nvidia"))
+        .unwrap();
+    let got: Vec<(String, u32, String, String)> = listed
+        .gpus
+        .iter()
+        .map(|g| (g.bus_id.clone(), g.minor, g.uuid.clone(), g.model.clone()))
+        .collect();
+    let want: Vec<(String, u32, String, String)> = fake
+        .spec
+        .gpus_in_bus_order()
+        .into_iter()
+        .map(|g| (g.bus_id.clone(), g.minor, g.uuid.clone(), g.model.clone()))
+        .collect();
+    assert_eq!(got, want);
     // runc kills the hook 2 s after its own deadline, hook.timeout (30 s by default).
     assert_eq!(prestart[0]["timeout"], 32);
     assert_eq!(

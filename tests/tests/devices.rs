@@ -452,12 +452,21 @@ fn device_plugin_volume_mounts_give_their_gpus_and_are_taken_out() {
         "the mount reached the container: {out}"
     );
     let spec = bundle.read_config().unwrap();
-    let args = spec["hooks"]["prestart"][0]["args"].clone();
+    let args = spec["hooks"]["prestart"][0]["args"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(
-        args,
-        json!(["nvc-hook", "prestart", "--device-mount", wanted.uuid]),
+        args[..4],
+        [
+            json!("nvc-hook"),
+            json!("prestart"),
+            json!("--device-mount"),
+            json!(wanted.uuid)
+        ],
         "{spec:#}"
     );
+    assert_eq!(args[4], json!("--gpus"), "{spec:#}");
     // The environment alone gets nothing under this setting...
     let (nodes, out, _) = run(&secure_rt, &["NVIDIA_VISIBLE_DEVICES=all"], None);
     assert!(nodes.is_empty(), "{out}");

@@ -378,12 +378,12 @@ impl ContainerRoot {
         match rustix::fs::openat(dir, name, flags, Mode::empty()) {
             Ok(fd) => {
                 // A mount point (a volume, a file the spec binds) is another mount's.
-                let mount = walk::mount_id(fd.as_fd()).map_err(|e| self.err(op, path, e))?;
+                let (mount, kind) =
+                    walk::mount_and_kind(fd.as_fd()).map_err(|e| self.err(op, path, e))?;
                 if mount != self.mount {
                     return Err(self.other_mount(op, path));
                 }
-                let st = rustix::fs::fstat(&fd).map_err(|e| self.err(op, path, e))?;
-                Ok(Some((fd, FileKind::of(&st))))
+                Ok(Some((fd, kind)))
             }
             Err(Errno::NOENT) => Ok(None),
             Err(e) => Err(self.err(op, path, e)),

@@ -328,16 +328,22 @@ pub enum FileKind {
 
 impl FileKind {
     pub(super) fn of(st: &Stat) -> FileKind {
-        match FileType::from_raw_mode(st.st_mode) {
+        FileKind::of_mode(
+            st.st_mode,
+            (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)),
+        )
+    }
+
+    /// The kind of a file of mode `mode` (`st_mode`), with its device numbers `rdev`.
+    pub(super) fn of_mode(mode: u32, rdev: (u32, u32)) -> FileKind {
+        match FileType::from_raw_mode(mode) {
             FileType::RegularFile => FileKind::RegularFile,
             FileType::Directory => FileKind::Directory,
             FileType::Symlink => FileKind::Symlink,
             FileType::Fifo => FileKind::Fifo,
             FileType::Socket => FileKind::Socket,
             FileType::BlockDevice => FileKind::BlockDevice,
-            FileType::CharacterDevice => {
-                FileKind::CharDevice(rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev))
-            }
+            FileType::CharacterDevice => FileKind::CharDevice(rdev.0, rdev.1),
             _ => FileKind::Unknown,
         }
     }

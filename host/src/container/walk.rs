@@ -11,7 +11,7 @@ use std::path::{Component, Path};
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use super::MAX_LINKS;
+use super::{FileKind, MAX_LINKS};
 
 /// How often openat2 is retried when the kernel reports a concurrent rename or mount
 /// (`EAGAIN`) during a walk through `..`.
@@ -154,15 +154,33 @@ pub(super) fn fd_walk_in_root(
 /// line of `/proc/self/fdinfo/<fd>` (Linux 3.15). The same number as the first field of
 /// `/proc/self/mountinfo`.
 pub(crate) fn mount_id(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
+    mount_and_kind(fd).map(|(mount, _)| mount)
+}
+
+/// [`mount_id`] and what `fd` is, from the same `statx`.
+pub(crate) fn mount_and_kind(fd: BorrowedFd<'_>) -> Result<(u64, FileKind), Errno> {
+    use rustix::fs::StatxFlags;
     let stx = rustix::fs::statx(
         fd,
         "",
         rustix::fs::AtFlags::EMPTY_PATH,
-        rustix::fs::StatxFlags::MNT_ID,
+        StatxFlags::MNT_ID | StatxFlags::TYPE,
     )?;
-    if stx.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0 {
-        return Ok(stx.stx_mnt_id);
+    if stx.stx_mask & StatxFlags::TYPE.bits() == 0 {
+        return Err(Errno::NOSYS);
     }
+    let kind = FileKind::of_mode(
+        u32::from(stx.stx_mode),
+        (stx.stx_rdev_major, stx.stx_rdev_minor),
+    );
+    if stx.stx_mask & StatxFlags::MNT_ID.bits() != 0 {
+        return Ok((stx.stx_mnt_id, kind));
+    }
+    Ok((mount_id_of_fdinfo(fd)?, kind))
+}
+
+/// The `mnt_id` line of `/proc/self/fdinfo/<fd>`, for kernels before 5.8.
+fn mount_id_of_fdinfo(fd: BorrowedFd<'_>) -> Result<u64, Errno> {
     let mut info = String::new();
     std::fs::File::open(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))
         .and_then(|f| f.take(4096).read_to_string(&mut info))

@@ -78,7 +78,7 @@ pub(super) struct Nodes<'a> {
     probe: &'a dyn HostProbe,
     dev_root: &'a Path,
     proc_root: &'a Path,
-    in_spec: &'a [(PathBuf, u32, u32)],
+    in_spec: BTreeMap<&'a Path, (u32, u32)>,
     majors: OnceCell<BTreeMap<String, u32>>,
 }
 
@@ -92,7 +92,10 @@ impl<'a> Nodes<'a> {
             probe,
             dev_root: &roots.dev_root,
             proc_root: &roots.proc_root,
-            in_spec,
+            in_spec: in_spec
+                .iter()
+                .map(|(path, major, minor)| (path.as_path(), (*major, *minor)))
+                .collect(),
             majors: OnceCell::new(),
         }
     }
@@ -107,7 +110,7 @@ impl<'a> Nodes<'a> {
     /// The spec's node at `/dev/<rel>`, if it has one.
     fn spec_node(&self, rel: &str) -> Option<DeviceNode> {
         let path = Path::new("/dev").join(rel);
-        let (_, major, minor) = self.in_spec.iter().find(|(p, _, _)| *p == path)?;
+        let (major, minor) = self.in_spec.get(path.as_path())?;
         Some(DeviceNode::in_spec(&path, self.dev_root, *major, *minor))
     }
 
@@ -118,28 +121,27 @@ impl<'a> Nodes<'a> {
             .or_else(|| host_node(self.probe, self.dev_root, rel))
     }
 
-    /// [`Nodes::node`], else one made of the numbers the driver registered (runc creates
-    /// it in the container from them).
-    fn node_or(&self, rel: &str, numbers: impl FnOnce() -> (u32, u32)) -> DeviceNode {
-        self.node(rel).unwrap_or_else(|| {
-            let (major, minor) = numbers();
-            DeviceNode {
-                path: Path::new("/dev").join(rel),
-                host_path: self.dev_root.join("dev").join(rel),
-                major,
-                minor,
-                file_mode: 0o666,
-                uid: 0,
-                gid: 0,
-                on_host: false,
-            }
-        })
+    /// The node `/dev/<rel>` that is not there yet, of the numbers the driver registered
+    /// (runc creates it in the container from them).
+    fn unmade(&self, rel: &str, (major, minor): (u32, u32)) -> DeviceNode {
+        DeviceNode {
+            path: Path::new("/dev").join(rel),
+            host_path: self.dev_root.join("dev").join(rel),
+            major,
+            minor,
+            file_mode: 0o666,
+            uid: 0,
+            gid: 0,
+            on_host: false,
+        }
     }
 
     /// `/dev/nvidia<minor>`.
     pub(super) fn gpu(&self, gpu_minor: u32) -> DeviceNode {
-        self.node_or(&format!("nvidia{gpu_minor}"), || {
-            (self.major("nvidia").unwrap_or(195), gpu_minor)
+        let rel = format!("nvidia{gpu_minor}");
+        self.node(&rel).unwrap_or_else(|| {
+            let major = self.major("nvidia").unwrap_or(195);
+            self.unmade(&rel, (major, gpu_minor))
         })
     }
 
@@ -147,11 +149,10 @@ impl<'a> Nodes<'a> {
     /// major is registered.
     pub(super) fn cap(&self, cap_minor: u32) -> Option<DeviceNode> {
         let rel = format!("nvidia-caps/nvidia-cap{cap_minor}");
-        if let Some(node) = self.node(&rel) {
-            return Some(node);
-        }
-        let major = self.major("nvidia-caps")?;
-        Some(self.node_or(&rel, || (major, cap_minor)))
+        self.node(&rel).or_else(|| {
+            let major = self.major("nvidia-caps")?;
+            Some(self.unmade(&rel, (major, cap_minor)))
+        })
     }
 
     /// `nvidiactl`, `nvidia-uvm`, `nvidia-uvm-tools`, `nvidia-modeset`: those present on
@@ -177,7 +178,7 @@ impl<'a> Nodes<'a> {
                 "nvidia-uvm-tools" => (uvm()?, 1),
                 _ => return None,
             };
-            Some(self.node_or(rel, || numbers))
+            Some(self.unmade(rel, numbers))
         })
         .collect()
     }
