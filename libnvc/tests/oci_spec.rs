@@ -25,16 +25,7 @@ fn data(name: &str) -> PathBuf {
 }
 
 fn node(name: &str, major: u32, minor: u32) -> DeviceNode {
-    DeviceNode {
-        path: Path::new("/dev").join(name),
-        host_path: Path::new("/dev").join(name),
-        major,
-        minor,
-        file_mode: 0o666,
-        uid: 0,
-        gid: 0,
-        on_host: true,
-    }
+    DeviceNode::in_spec(&Path::new("/dev").join(name), Path::new("/"), major, minor)
 }
 
 /// What a two-GPU host gives a `compute,utility` container.

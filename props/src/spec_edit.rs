@@ -18,7 +18,7 @@
 //! - applying twice is applying once: the second call reports no change and leaves the
 //!   same value, so the same bytes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use libnvc::discover::DeviceNode;
 use libnvc::edits::ContainerEdits;
@@ -186,16 +186,7 @@ pub fn merge(base: &mut Value, overlay: &Value) {
 }
 
 fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
-    DeviceNode {
-        path: PathBuf::from(path),
-        host_path: PathBuf::from(path),
-        major,
-        minor,
-        file_mode: 0o666,
-        uid: 0,
-        gid: 0,
-        on_host: true,
-    }
+    DeviceNode::in_spec(Path::new(path), Path::new("/"), major, minor)
 }
 
 /// The edits the runtime shim applies for GPU 0 of a host whose `nvidia-uvm` major is

@@ -641,16 +641,7 @@ mod tests {
     use std::fs;
 
     fn node(path: &str, major: u32, minor: u32) -> DeviceNode {
-        DeviceNode {
-            path: PathBuf::from(path),
-            host_path: PathBuf::from(path),
-            major,
-            minor,
-            file_mode: 0o666,
-            uid: 0,
-            gid: 0,
-            on_host: true,
-        }
+        DeviceNode::in_spec(Path::new(path), Path::new("/"), major, minor)
     }
 
     fn hook() -> HookEntry {

@@ -78,18 +78,21 @@ impl Host {
     }
 
     fn plan(&self, probe: &TreeProbe, stage: Stage) -> Result<Plan, Stopped> {
+        self.plan_handed(probe, stage, &Handed::default())
+    }
+
+    /// [`Host::plan`] of a hook handed `handed` by the shim.
+    fn plan_handed(
+        &self,
+        probe: &TreeProbe,
+        stage: Stage,
+        handed: &Handed,
+    ) -> Result<Plan, Stopped> {
         let source = ConfigSource {
             path: Path::new("/etc/nvc/config.toml"),
             from_env: false,
         };
-        Plan::for_bundle(
-            &self.bundle(),
-            &self.config,
-            &source,
-            probe,
-            stage,
-            &Handed::default(),
-        )
+        Plan::for_bundle(&self.bundle(), &self.config, &source, probe, stage, handed)
     }
 }
 
@@ -178,20 +181,10 @@ fn handed_gpus(driver: &str, age_ms: u64, model: &str) -> Handed {
 #[test]
 fn the_hook_takes_the_gpus_handed_to_it_only_fresh_and_for_the_running_driver() {
     let host = Host::new();
-    let source = ConfigSource {
-        path: Path::new("/etc/nvc/config.toml"),
-        from_env: false,
-    };
     let models = |handed: &Handed| -> Vec<String> {
-        let plan = Plan::for_bundle(
-            &host.bundle(),
-            &host.config,
-            &source,
-            &host.probe(),
-            Stage::Hook,
-            handed,
-        )
-        .unwrap();
+        let plan = host
+            .plan_handed(&host.probe(), Stage::Hook, handed)
+            .unwrap();
         plan.gpu
             .unwrap()
             .driver
@@ -218,15 +211,10 @@ fn the_hook_takes_the_gpus_handed_to_it_only_fresh_and_for_the_running_driver() 
         ["NVIDIA H100"; 2]
     );
     // Only the hook takes it; `nvc check` and the shim read the host.
-    let plan = Plan::for_bundle(
-        &host.bundle(),
-        &host.config,
-        &source,
-        &host.probe(),
-        Stage::Check,
-        &handed_gpus("999.88.77", 0, "handed"),
-    )
-    .unwrap();
+    let handed = handed_gpus("999.88.77", 0, "handed");
+    let plan = host
+        .plan_handed(&host.probe(), Stage::Check, &handed)
+        .unwrap();
     assert_eq!(plan.gpu.unwrap().driver.gpus[0].model, "NVIDIA H100");
 }
 
@@ -401,23 +389,13 @@ fn device_mounts_are_handed_from_the_runtime_to_the_hook() {
     assert!(!spec::drop_device_mounts(&mut spec).unwrap());
     assert_eq!(spec["mounts"].as_array().unwrap().len(), 1);
     host.spec_value(spec);
-    let source = ConfigSource {
-        path: Path::new("/etc/nvc/config.toml"),
-        from_env: false,
-    };
     let handed = Handed {
         device_mounts: vec![uuid.to_string()],
         gpus: None,
     };
-    let plan = Plan::for_bundle(
-        &host.bundle(),
-        &host.config,
-        &source,
-        &host.probe(),
-        Stage::Hook,
-        &handed,
-    )
-    .unwrap();
+    let plan = host
+        .plan_handed(&host.probe(), Stage::Hook, &handed)
+        .unwrap();
     assert_eq!(plan.gpu.unwrap().driver.gpus.len(), 2);
     assert!(host.plan(&host.probe(), Stage::Hook).unwrap().gpu.is_none());
 
