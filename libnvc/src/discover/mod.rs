@@ -464,11 +464,10 @@ pub fn discover_with(
         },
     };
     let cacheable = files_cache.is_some() && from_proc;
-    let version_from_proc = from_proc;
     Ok(Driver {
         known_cuda_version: driver_files.cuda_version,
         cacheable,
-        version_from_proc,
+        version_from_proc: from_proc,
         libraries: driver_files.libraries,
         binaries: driver_files.binaries,
         firmware: driver_files.firmware,

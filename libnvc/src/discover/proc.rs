@@ -39,12 +39,16 @@ pub fn parse_version_file(text: &str) -> Option<String> {
     let after = line.split_once("Module")?.1;
     after
         .split_whitespace()
-        .find(|t| {
-            t.contains('.')
-                && t.split('.')
-                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-        })
+        .find(|t| is_version(t))
         .map(str::to_string)
+}
+
+/// Whether `text` has the form of a driver version: dot-separated digits, `580.95.05`.
+pub fn is_version(text: &str) -> bool {
+    text.contains('.')
+        && text
+            .split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// The `Key: value` pairs of a proc information file; keys and values trimmed.

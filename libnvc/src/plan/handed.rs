@@ -16,8 +16,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::discover::proc::{normalize_bus_id, GpuInventory, ProcGpu};
+use crate::discover::proc::{is_version, normalize_bus_id, GpuInventory, ProcGpu};
 use crate::discover::Driver;
+use crate::request::excerpt;
 
 /// The hook's argument that hands it a device mount the runtime shim removed from the
 /// spec (`--device-mount <name>`, once per mount).
@@ -125,7 +126,7 @@ impl HandedGpus {
         if handed.gpus.len() > MAX_GPUS {
             return Err(format!("more than {MAX_GPUS} GPUs"));
         }
-        if !is_version(&handed.driver) {
+        if handed.driver.len() > 32 || !is_version(&handed.driver) {
             return Err(format!("the driver version {:?} is not one", handed.driver));
         }
         for (bus_id, minor, uuid, model) in &handed.gpus {
@@ -151,8 +152,8 @@ impl HandedGpus {
     }
 
     /// The list as discovery takes it (which compares its driver with the version the
-    /// kernel module reports now), when it is fresh: under [`HandedGpus::MAX_AGE`] old, not from the
-    /// future. `nvidia` is `<proc root>/driver/nvidia`.
+    /// kernel module reports now), when it is fresh: under [`HandedGpus::MAX_AGE`] old,
+    /// not from the future. `nvidia` is `<proc root>/driver/nvidia`.
     pub fn fresh(&self, nvidia: &Path) -> Option<GpuInventory> {
         let age = now_ms().checked_sub(self.at_ms)?;
         if age > Self::MAX_AGE.as_millis() as u64 {
@@ -182,28 +183,12 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// `580.95.05`: dot-separated digits.
-fn is_version(v: &str) -> bool {
-    !v.is_empty()
-        && v.len() <= 32
-        && v.split('.')
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-}
-
 /// `GPU-` and hex digits with dashes.
 fn is_gpu_uuid(u: &str) -> bool {
     u.len() <= 64
         && u.strip_prefix("GPU-").is_some_and(|hex| {
             !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
         })
-}
-
-/// The start of a long argument, for a message.
-fn excerpt(text: &str) -> String {
-    match text.char_indices().nth(60) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text.to_string(),
-    }
 }
 
 #[cfg(test)]

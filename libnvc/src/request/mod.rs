@@ -303,7 +303,7 @@ impl Request {
 const MAX_QUOTED: usize = 256;
 
 /// `value` as an error quotes it: whole when short, else its start and its length.
-fn excerpt(value: &str) -> String {
+pub(crate) fn excerpt(value: &str) -> String {
     if value.len() <= MAX_QUOTED {
         return value.to_string();
     }
