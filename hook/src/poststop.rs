@@ -83,14 +83,13 @@ fn end_leases(config: &Config, id: &str) {
 
 /// Takes away what the prestart hook made in the rootfs of container `id`.
 fn undo_rootfs(config: &Config, id: &str, bundle: &std::path::Path) -> Result<(), PoststopError> {
-    let spec_path = bundle.join("config.json");
-    let spec = spec::read_spec(&RealHost, &spec_path)?;
-    let view = spec::view(&spec, bundle)?;
+    // Only `root.path` of the spec: the rest is not parsed.
+    let rootfs = spec::read_rootfs(&RealHost, &bundle.join("config.json"), bundle)?;
     // Not while another container's hook sets the same rootfs up (trace::RootfsLock).
     let _lock =
-        trace::lock_rootfs(&config.hook.state_dir, &view.rootfs).map_err(PoststopError::Trace)?;
-    let undone = trace::undo(&config.hook.state_dir, id, bundle, &view.rootfs)
-        .map_err(PoststopError::Trace)?;
+        trace::lock_rootfs(&config.hook.state_dir, &rootfs).map_err(PoststopError::Trace)?;
+    let undone =
+        trace::undo(&config.hook.state_dir, id, bundle, &rootfs).map_err(PoststopError::Trace)?;
     log::info!(
         "container {id} ended: {} things nvc made taken away, {} left, ld.so.cache {}{}",
         undone.removed,

@@ -5,7 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rustix::fs::AtFlags;
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+
+use rustix::fs::{AtFlags, StatxFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
@@ -101,21 +104,26 @@ impl ContainerRoot {
             Err(FsError::NotFound { .. }) => return Ok(Unmade::Gone),
             Err(e) => return Err(e),
         };
-        let Some((fd, kind)) = self.existing(OP, path, &dir, &name)? else {
+        let Some((kind, size)) = self.existing_entry(OP, path, &dir, &name)? else {
             return Ok(Unmade::Gone);
         };
         let flags = match (made, kind) {
             (Made::File { .. }, FileKind::RegularFile) => {
-                let st = rustix::fs::fstat(&fd).map_err(|e| self.err(OP, path, e))?;
-                if st.st_size != 0 {
+                if size != 0 {
                     return Ok(Unmade::Changed(kind));
                 }
                 AtFlags::empty()
             }
             (Made::Dir { .. }, FileKind::Directory) => AtFlags::REMOVEDIR,
             (Made::Link { target, .. }, FileKind::Symlink) => {
-                let now = rustix::fs::readlinkat(&fd, "", Vec::new())
-                    .map_err(|e| self.err(OP, path, e))?;
+                // By name in the folder: a link is never a mount point, and what is
+                // unlinked below is whatever the name holds then, as with an fd.
+                let now = match rustix::fs::readlinkat(&dir, &name, Vec::new()) {
+                    Ok(now) => now,
+                    Err(Errno::NOENT) => return Ok(Unmade::Gone),
+                    Err(Errno::INVAL) => return Ok(Unmade::Changed(kind)),
+                    Err(e) => return Err(self.err(OP, path, e)),
+                };
                 if now.as_bytes() != target.as_bytes() {
                     return Ok(Unmade::Changed(kind));
                 }
@@ -123,7 +131,6 @@ impl ContainerRoot {
             }
             _ => return Ok(Unmade::Changed(kind)),
         };
-        drop(fd);
         match rustix::fs::unlinkat(&dir, &name, flags) {
             Ok(()) => {}
             // Something was put in the folder, or it is still a mount point.
@@ -142,6 +149,41 @@ impl ContainerRoot {
                 .map_err(|e| self.err("restore symbolic link", path, e))?;
         }
         Ok(Unmade::Removed)
+    }
+
+    /// The kind and size of what `name` in `dir` (the parent of `path`) is, without
+    /// following a link, or `None` when nothing is there: one `statx` by name, where
+    /// [`ContainerRoot::existing`] opens the entry first (which it falls back to on a
+    /// kernel whose `statx` has no mount id). A mount point is another mount's: an error.
+    fn existing_entry(
+        &self,
+        op: &'static str,
+        path: &Path,
+        dir: &OwnedFd,
+        name: &OsStr,
+    ) -> Result<Option<(FileKind, u64)>, FsError> {
+        let mask = StatxFlags::TYPE | StatxFlags::MNT_ID | StatxFlags::SIZE;
+        let stx = match rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, mask) {
+            Ok(stx) => stx,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(self.err(op, path, e)),
+        };
+        let reported = stx.stx_mask;
+        if reported & mask.bits() != mask.bits() {
+            let Some((fd, kind)) = self.existing(op, path, dir, name)? else {
+                return Ok(None);
+            };
+            let st = rustix::fs::fstat(&fd).map_err(|e| self.err(op, path, e))?;
+            return Ok(Some((kind, st.st_size as u64)));
+        }
+        if stx.stx_mnt_id != self.mount {
+            return Err(self.other_mount(op, path));
+        }
+        let kind = FileKind::of_mode(
+            u32::from(stx.stx_mode),
+            (stx.stx_rdev_major, stx.stx_rdev_minor),
+        );
+        Ok(Some((kind, stx.stx_size)))
     }
 
     /// Removes the regular file `path` (a file nvc wrote, checked by its caller), not

@@ -1067,6 +1067,52 @@ fn read_file_and_read_dir_read_only_regular_files_and_directories() {
 // ---- mounts and namespaces, in forked children -------------------------------------
 
 #[test]
+fn what_nvc_made_is_not_removed_while_another_mount_sits_on_it() {
+    // Made here, so the parent removes it: the child leaves with _exit.
+    let sandbox = Sandbox::new();
+    in_child("unmake under mounts", || {
+        let rootfs = sandbox.rootfs();
+        rustix::mount::mount_bind(&rootfs, &rootfs).unwrap();
+        let root = ContainerRoot::open(&rootfs).unwrap();
+        let file = Path::new("/usr/bin/nvidia-smi");
+        let dir = Path::new("/lib/firmware/nvidia/999.88.77");
+        root.file_mount_point(file, 0o755).unwrap();
+        root.dir_mount_point(dir, 0o755).unwrap();
+        let made = root.made();
+        // A volume or a host mount on each, in this (the host's) namespace.
+        for p in [file, dir] {
+            let at = rootfs.join(p.strip_prefix("/").unwrap());
+            rustix::mount::mount_bind(&at, &at).unwrap();
+        }
+        for m in made
+            .iter()
+            .rev()
+            .filter(|m| [file, dir].contains(&m.path()))
+        {
+            let err = root.unmake(m).unwrap_err();
+            assert!(matches!(err, FsError::OtherMount { .. }), "{err:?}");
+        }
+        assert!(rootfs.join("usr/bin/nvidia-smi").is_file());
+        assert!(rootfs.join("lib/firmware/nvidia/999.88.77").is_dir());
+        // Once the mounts are gone, they are taken away.
+        for p in [file, dir] {
+            let at = rootfs.join(p.strip_prefix("/").unwrap());
+            rustix::mount::unmount(&at, rustix::mount::UnmountFlags::empty()).unwrap();
+        }
+        for m in made.iter().rev() {
+            assert_eq!(root.unmake(m).unwrap(), Unmade::Removed, "{m:?}");
+        }
+        assert!(!rootfs.join("usr/bin/nvidia-smi").exists());
+        assert!(
+            rootfs.join("lib/firmware/nvidia").is_dir()
+                && !rootfs.join("lib/firmware/nvidia/999.88.77").exists()
+        );
+        drop(root);
+        rustix::mount::unmount(&rootfs, rustix::mount::UnmountFlags::DETACH).unwrap();
+    });
+}
+
+#[test]
 fn bind_mounts_are_read_only_nosuid_nodev_before_they_are_attached() {
     // Made here, so the parent removes it: the child leaves with _exit.
     let sandbox = Sandbox::new();
@@ -1788,6 +1834,37 @@ fn operations() -> Vec<Operation> {
             );
             Ok(None)
         }),
+        // The poststop hook's removals, after everything above was made: what is not
+        // still as made (a mount on it, the corpus's link or folder) is left.
+        (
+            "remove the soname link",
+            "/usr/lib/x86_64-linux-gnu/libcuda.so",
+            |root, _| {
+                root.unmake(&Made::Link {
+                    path: "/usr/lib/x86_64-linux-gnu/libcuda.so".into(),
+                    target: "libcuda.so.1".into(),
+                    previous: None,
+                })?;
+                Ok(None)
+            },
+        ),
+        ("remove libcuda's mount point", LIB, |root, _| {
+            // "bind libcuda" mounted on it: another mount's, so it stays.
+            match root.unmake(&Made::File { path: LIB.into() }) {
+                Err(FsError::OtherMount { .. }) | Ok(_) => Ok(None),
+                Err(e) => Err(e),
+            }
+        }),
+        (
+            "remove the vdpau folder",
+            "/usr/lib/x86_64-linux-gnu/vdpau",
+            |root, _| {
+                root.unmake(&Made::Dir {
+                    path: "/usr/lib/x86_64-linux-gnu/vdpau".into(),
+                })?;
+                Ok(None)
+            },
+        ),
         ("resolve lib dir", "/usr/lib/x86_64-linux-gnu", |root, _| {
             let path = Path::new("/usr/lib/x86_64-linux-gnu");
             let _ = (root.is_dir(path), root.is_file(path));

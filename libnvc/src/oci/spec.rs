@@ -608,9 +608,47 @@ pub fn read_spec(probe: &dyn HostProbe, path: &Path) -> Result<Value, SpecError>
     parse_spec(&bytes, more, path)
 }
 
+/// The rootfs of the bundle at `bundle` as [`view`] finds it (`root.path`, relative to
+/// the bundle), from its spec at `path`, read through `probe`: every other field is
+/// skipped unparsed, as the poststop hook needs only this one.
+pub fn read_rootfs(
+    probe: &dyn HostProbe,
+    path: &Path,
+    bundle: &Path,
+) -> Result<PathBuf, SpecError> {
+    #[derive(serde::Deserialize)]
+    struct Root {
+        #[serde(default)]
+        path: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct RootOnly {
+        #[serde(default)]
+        root: Option<Root>,
+    }
+    let (bytes, more) = probe
+        .read(path, MAX_SPEC_SIZE as usize)
+        .map_err(io_error("read", path))?;
+    let spec: RootOnly = parse_as(&bytes, more, path)?;
+    match spec.root {
+        None => Err(SpecError::Missing("root")),
+        Some(Root { path: Some(p) }) if !p.is_empty() => Ok(bundle.join(p)),
+        Some(_) => Err(SpecError::Missing("root.path")),
+    }
+}
+
 /// Parses the spec read from `path`: `bytes`, cut at [`MAX_SPEC_SIZE`], and whether the
 /// file had `more`.
 pub fn parse_spec(bytes: &[u8], more: bool, path: &Path) -> Result<Value, SpecError> {
+    parse_as(bytes, more, path)
+}
+
+/// [`parse_spec`] into `T`: what of the spec `T` names.
+fn parse_as<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    more: bool,
+    path: &Path,
+) -> Result<T, SpecError> {
     if more || bytes.len() as u64 > MAX_SPEC_SIZE {
         return Err(SpecError::TooLarge {
             path: path.to_path_buf(),
@@ -994,6 +1032,50 @@ mod tests {
         big.set_len(MAX_SPEC_SIZE + 1).unwrap();
         let e = read_spec(&TreeProbe::new(), &path).unwrap_err();
         assert!(matches!(e, SpecError::TooLarge { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn read_rootfs_finds_the_rootfs_as_view_does_and_parses_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = dir.path();
+        let path = bundle.join("config.json");
+        for (root, want) in [
+            ("rootfs", bundle.join("rootfs")),
+            ("/abs/r", PathBuf::from("/abs/r")),
+        ] {
+            // A field the view would refuse is skipped, not parsed.
+            let spec = json!({"root": {"path": root, "readonly": true}, "process": {"env": 7}});
+            fs::write(&path, spec.to_string()).unwrap();
+            assert_eq!(read_rootfs(&TreeProbe::new(), &path, bundle).unwrap(), want);
+            let full = json!({"root": {"path": root}});
+            assert_eq!(
+                view(&full, bundle).unwrap().rootfs,
+                want,
+                "the same as view's"
+            );
+        }
+        for (spec, want) in [
+            (json!({}), "root"),
+            (json!({"root": {}}), "root.path"),
+            (json!({"root": {"path": ""}}), "root.path"),
+        ] {
+            fs::write(&path, spec.to_string()).unwrap();
+            let e = read_rootfs(&TreeProbe::new(), &path, bundle).unwrap_err();
+            assert!(
+                matches!(e, SpecError::Missing(field) if field == want),
+                "{e:?}"
+            );
+        }
+        fs::write(&path, r#"{"root": {"path": 5}}"#).unwrap();
+        let chain =
+            crate::report::error_chain(&read_rootfs(&TreeProbe::new(), &path, bundle).unwrap_err());
+        assert!(
+            chain.contains("invalid type: integer `5`, expected a string"),
+            "{chain}"
+        );
+        fs::write(&path, " ").unwrap();
+        let e = read_rootfs(&TreeProbe::new(), &path, bundle).unwrap_err();
+        assert!(matches!(e, SpecError::Empty(_)), "{e:?}");
     }
 
     #[test]
