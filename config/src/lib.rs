@@ -93,6 +93,26 @@ pub struct HookConfig {
     /// Where the hook keeps, per container, what it made in the rootfs, to take it away
     /// when the container ends: root's, on the host's `/run` (a reboot empties it).
     pub state_dir: PathBuf,
+    /// Which containers' rootfs nvc leaves as it found them when they end (`nvc-hook
+    /// poststop`).
+    pub leave_no_trace: NoTrace,
+}
+
+/// `hook.leave-no-trace`: for which containers the poststop hook takes away what the
+/// prestart hook made in the rootfs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NoTrace {
+    /// Every GPU container.
+    Always,
+    /// Every GPU container but Kubernetes' (the CRI of containerd or CRI-O): the kubelet
+    /// never starts one again nor commits it, and its rootfs is removed with it, so
+    /// nothing could see what would be taken away.
+    #[default]
+    OutsideKubernetes,
+    /// None: what nvc made stays in a stopped container's rootfs, as with the NVIDIA
+    /// Container Toolkit.
+    Never,
 }
 
 /// The default of `hook.timeout`, in seconds.
@@ -120,6 +140,7 @@ impl Default for HookConfig {
             path: PathBuf::from("/usr/bin/nvc-hook"),
             timeout: DEFAULT_HOOK_TIMEOUT,
             state_dir: PathBuf::from("/run/nvc"),
+            leave_no_trace: NoTrace::default(),
         }
     }
 }
@@ -420,6 +441,25 @@ mod tests {
 
         let e = parse_err("[gpu]\nx = 1\n");
         assert!(e.contains("unknown field `gpu`"), "{e}");
+    }
+
+    #[test]
+    fn leave_no_trace_is_outside_kubernetes_unless_set() {
+        let parse = |text: &str| Config::parse(text, Path::new("x")).map(|c| c.hook.leave_no_trace);
+        assert_eq!(parse("").unwrap(), NoTrace::OutsideKubernetes);
+        assert_eq!(
+            parse("[hook]\nleave-no-trace = \"always\"\n").unwrap(),
+            NoTrace::Always
+        );
+        assert_eq!(
+            parse("[hook]\nleave-no-trace = \"never\"\n").unwrap(),
+            NoTrace::Never
+        );
+        let e = parse_err("[hook]\nleave-no-trace = \"sometimes\"\n");
+        assert!(
+            e.contains("leave-no-trace") && e.contains("outside-kubernetes"),
+            "{e}"
+        );
     }
 
     #[test]

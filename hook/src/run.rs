@@ -152,34 +152,45 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
         &gpu.driver,
     )?;
     phases.mark("leases");
+    // What is made in the rootfs is recorded for the poststop hook to take away, where
+    // one runs (the shim adds it unless `hook.leave-no-trace` leaves this container out;
+    // Docker's `--gpus` runs none): a record nothing reads is not kept.
+    let undone = libnvc::plan::leaves_no_trace(&config, &plan.view)
+        && libnvc::oci::spec::has_undo_hook(&plan.spec, &config.hook.path);
     // Held until the record is written: a container ending on the same rootfs waits,
     // then sees this one (nvc_host::trace).
-    let _rootfs_lock = match nvc_host::trace::lock_rootfs(&config.hook.state_dir, &target.rootfs) {
-        Ok(lock) => Some(lock),
-        Err(e) => {
-            log::warn!(
-                "what nvc makes in the rootfs stays after the container: {}",
-                libnvc::report::error_chain(&e)
-            );
-            None
-        }
+    let _rootfs_lock = match undone {
+        false => None,
+        true => match nvc_host::trace::lock_rootfs(&config.hook.state_dir, &target.rootfs) {
+            Ok(lock) => Some(lock),
+            Err(e) => {
+                log::warn!(
+                    "what nvc makes in the rootfs stays after the container: {}",
+                    libnvc::report::error_chain(&e)
+                );
+                None
+            }
+        },
     };
     // Opened here, in the host's mount namespace: set_up enters the container's.
-    let record = match RecordDir::create(
-        &config.hook.state_dir,
-        &state.id,
-        &state.bundle,
-        &target.rootfs,
-        state.pid,
-    ) {
-        Ok(record) => Some(record),
-        Err(e) => {
-            log::warn!(
-                "what nvc makes in the rootfs stays after the container: {}",
-                libnvc::report::error_chain(&e)
-            );
-            None
-        }
+    let record = match undone {
+        false => None,
+        true => match RecordDir::create(
+            &config.hook.state_dir,
+            &state.id,
+            &state.bundle,
+            &target.rootfs,
+            state.pid,
+        ) {
+            Ok(record) => Some(record),
+            Err(e) => {
+                log::warn!(
+                    "what nvc makes in the rootfs stays after the container: {}",
+                    libnvc::report::error_chain(&e)
+                );
+                None
+            }
+        },
     };
     phases.mark("record-open");
     let trace = match setup::set_up_noted(&gpu.driver, &gpu.edits, &target) {

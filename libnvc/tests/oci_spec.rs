@@ -51,6 +51,7 @@ fn hook() -> HookEntry {
             "NVC_CONFIG=/etc/nvc/test.toml".into(),
         ],
         timeout: Some(32),
+        poststop: true,
     }
 }
 

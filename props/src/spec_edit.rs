@@ -213,6 +213,7 @@ pub fn hook() -> HookEntry {
         env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()],
         // hook.timeout (30 s by default) plus the 2 s the runtime waits before its kill.
         timeout: Some(32),
+        poststop: true,
     }
 }
 

@@ -157,3 +157,110 @@ fn a_rootfs_shared_by_two_gpu_containers_is_cleaned_by_the_last_one() {
     w.rt.delete(&id).assert_success();
     assert_eq!(tree_digest(&w.rootfs.path), before, "{}", w.nvc_log());
 }
+
+/// A GPU container as containerd's CRI (or CRI-O) makes it for the kubelet, running
+/// `script` with `env`; its edited spec and outcome.
+fn kubernetes_container(
+    w: &World,
+    annotation: &str,
+    env: &[&str],
+    script: &str,
+) -> (serde_json::Value, nvc_tests::Outcome) {
+    w.n.set(w.n.get() + 1);
+    let dir = w.dir.path().join(format!("cri{}", w.n.get()));
+    let bundle = nvc_tests::Bundle::new(&dir, &w.rootfs.path)
+        .unwrap()
+        .args(&["sh", "-c", script])
+        .env(env)
+        .with_fake_proc(&w.fake)
+        .set(&format!("/annotations/{annotation}"), "container".into())
+        .write()
+        .unwrap();
+    let id = format!("nvc-test-{}-cri{}", std::process::id(), w.n.get());
+    let out = w.start(&w.rt, &bundle, &id);
+    (bundle.read_config().unwrap(), out)
+}
+
+/// The records the hook keeps in the test's state folder.
+fn records(w: &World) -> Vec<String> {
+    nvc_tests::dir_names(&w.dir.path().join("state/containers"))
+        .into_iter()
+        .filter(|n| !n.starts_with('.'))
+        .collect()
+}
+
+fn poststop_hooks(spec: &serde_json::Value) -> usize {
+    spec.pointer("/hooks/poststop")
+        .and_then(serde_json::Value::as_array)
+        .map_or(0, Vec::len)
+}
+
+/// Sets `hook.leave-no-trace` in the world's nvc config.
+fn leave_no_trace(w: &World, value: &str) {
+    let config = w.dir.path().join("config.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replace(
+        "[hook]\n",
+        &format!("[hook]\nleave-no-trace = \"{value}\"\n"),
+    );
+    std::fs::write(&config, text).unwrap();
+}
+
+#[test]
+fn a_kubernetes_container_keeps_no_record_and_gets_no_poststop_hook() {
+    let w = World::new();
+    for annotation in [
+        "io.kubernetes.cri.container-type",
+        "io.kubernetes.cri-o.ContainerType",
+    ] {
+        // The kubelet never starts it again and its rootfs goes with it: no poststop hook,
+        // no record; the container itself gets its GPUs as any other.
+        let (spec, out) =
+            kubernetes_container(&w, annotation, &["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
+        assert!(out.success(), "{out:?}\n{}", w.nvc_log());
+        assert!(out.stdout.contains("cuda_version="), "{out:?}");
+        assert_eq!(poststop_hooks(&spec), 0, "{spec:#}");
+        assert_eq!(
+            spec["hooks"]["prestart"].as_array().map(Vec::len),
+            Some(1),
+            "{spec:#}"
+        );
+        assert!(records(&w).is_empty(), "{:?}", records(&w));
+        assert!(
+            !driver_names(&w.rootfs.path).is_empty(),
+            "what nvc made stays"
+        );
+    }
+}
+
+#[test]
+fn always_cleans_after_a_kubernetes_container_too() {
+    let w = World::new();
+    leave_no_trace(&w, "always");
+    let before = settled(&w);
+    let (spec, out) = kubernetes_container(
+        &w,
+        "io.kubernetes.cri.container-type",
+        &["NVIDIA_VISIBLE_DEVICES=all"],
+        "nvc-probe",
+    );
+    assert!(out.success(), "{out:?}\n{}", w.nvc_log());
+    assert_eq!(poststop_hooks(&spec), 1, "{spec:#}");
+    assert_eq!(tree_digest(&w.rootfs.path), before, "{}", w.nvc_log());
+    assert!(records(&w).is_empty(), "the record goes with the container");
+}
+
+#[test]
+fn never_leaves_what_nvc_made_and_keeps_no_record() {
+    let w = World::new();
+    leave_no_trace(&w, "never");
+    let b = w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
+    let out = w.start(&w.rt, &b, &format!("nvc-test-{}-never", std::process::id()));
+    assert!(out.success(), "{out:?}\n{}", w.nvc_log());
+    assert_eq!(poststop_hooks(&b.read_config().unwrap()), 0);
+    assert!(records(&w).is_empty(), "{:?}", records(&w));
+    assert!(
+        !driver_names(&w.rootfs.path).is_empty(),
+        "what nvc made stays"
+    );
+}

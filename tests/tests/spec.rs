@@ -50,6 +50,7 @@ fn hook() -> HookEntry {
         args: vec!["nvc-hook".into(), "prestart".into()],
         env: vec!["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()],
         timeout: Some(35),
+        poststop: true,
     }
 }
 

@@ -125,6 +125,30 @@ pub struct HookEntry {
     /// The OCI hook's `timeout`: seconds after which the runtime kills the hook; `None`
     /// leaves the field out (no limit).
     pub timeout: Option<u32>,
+    /// Whether its poststop twin is added too (`hook.leave-no-trace`).
+    pub poststop: bool,
+}
+
+/// The annotation containerd's CRI plugin gives every container it makes for the kubelet
+/// (`container` or `sandbox`).
+pub const CONTAINERD_CRI_TYPE: &str = "io.kubernetes.cri.container-type";
+
+/// CRI-O's.
+pub const CRI_O_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
+
+impl SpecView {
+    /// Whether a Kubernetes CRI (containerd's or CRI-O's) made this container: the kubelet
+    /// never starts it again (a restart is a new container on a new rootfs) and its
+    /// rootfs is removed with it. A spec can claim this falsely only about itself: it
+    /// then keeps what nvc made in its own rootfs after it ends.
+    pub fn from_kubernetes(&self) -> bool {
+        [CONTAINERD_CRI_TYPE, CRI_O_TYPE].iter().any(|key| {
+            matches!(
+                self.annotations.get(*key).map(String::as_str),
+                Some("container" | "sandbox")
+            )
+        })
+    }
 }
 
 /// What a parse error most likely means, for the message.
@@ -502,14 +526,19 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
             fields.insert("timeout".into(), json!(timeout));
         }
         // Its poststop twin takes away what the prestart hook made in the rootfs.
-        let mut poststop = entry.clone();
-        poststop["args"] = json!([
-            hook.args.first().map_or("nvc-hook", String::as_str),
-            "poststop"
-        ]);
+        let poststop = hook.poststop.then(|| {
+            let mut poststop = entry.clone();
+            poststop["args"] = json!([
+                hook.args.first().map_or("nvc-hook", String::as_str),
+                "poststop"
+            ]);
+            poststop
+        });
         let hooks = object_mut(top, "hooks", "hooks")?;
         array_mut(hooks, "prestart", "hooks.prestart")?.push(entry);
-        array_mut(hooks, "poststop", "hooks.poststop")?.push(poststop);
+        if let Some(poststop) = poststop {
+            array_mut(hooks, "poststop", "hooks.poststop")?.push(poststop);
+        }
         // crun sends a hook's stderr nowhere unless this annotation names a file: the
         // hook's refusal ("cuda>=13.0 is not met") would reach no one, only "error
         // executing hook". runc ignores the annotation; one the spec has is kept.
@@ -688,6 +717,7 @@ mod tests {
             args: vec!["nvc-hook".into(), "prestart".into()],
             env: vec!["PATH=/usr/bin:/bin".into()],
             timeout: Some(32),
+            poststop: true,
         }
     }
 
@@ -852,6 +882,45 @@ mod tests {
         let once = to_bytes(&spec).unwrap();
         assert!(!apply(&mut spec, &edits(), &hook()).unwrap());
         assert_eq!(to_bytes(&spec).unwrap(), once);
+    }
+
+    #[test]
+    fn a_hook_without_poststop_gets_no_poststop_twin() {
+        let mut spec = minimal();
+        let alone = HookEntry {
+            poststop: false,
+            ..hook()
+        };
+        assert!(apply(&mut spec, &ContainerEdits::default(), &alone).unwrap());
+        assert_eq!(spec["hooks"]["prestart"].as_array().map(Vec::len), Some(1));
+        assert!(spec["hooks"].get("poststop").is_none(), "{spec}");
+        assert!(!has_undo_hook(&spec, &alone.path));
+        let mut twinned = minimal();
+        assert!(apply(&mut twinned, &ContainerEdits::default(), &hook()).unwrap());
+        assert_eq!(
+            twinned["hooks"]["poststop"][0]["args"],
+            json!(["nvc-hook", "poststop"])
+        );
+        assert!(has_undo_hook(&twinned, &alone.path));
+    }
+
+    #[test]
+    fn kubernetes_containers_are_known_by_their_cri_annotation() {
+        let of = |pairs: &[(&str, &str)]| {
+            let annotations: serde_json::Map<String, Value> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect();
+            let spec = json!({"root": {"path": "r"}, "annotations": annotations});
+            view(&spec, Path::new("/b")).unwrap().from_kubernetes()
+        };
+        assert!(of(&[(CONTAINERD_CRI_TYPE, "container")]));
+        assert!(of(&[(CONTAINERD_CRI_TYPE, "sandbox")]));
+        assert!(of(&[(CRI_O_TYPE, "container")]));
+        assert!(!of(&[]));
+        assert!(!of(&[(CONTAINERD_CRI_TYPE, "")]));
+        assert!(!of(&[(CONTAINERD_CRI_TYPE, "something-else")]));
+        assert!(!of(&[("io.kubernetes.cri.sandbox-id", "x")]));
     }
 
     #[test]

@@ -196,6 +196,17 @@ pub fn hook_entry(config: &Config, source: &ConfigSource) -> HookEntry {
         // runc kills a hook that outlives this; the hook's own deadline (`timeout`)
         // comes first, so the kill only ends a hook that deadline did not.
         timeout: Some(config.hook.runtime_timeout()),
+        poststop: config.hook.leave_no_trace != nvc_config::NoTrace::Never,
+    }
+}
+
+/// Whether what nvc makes in the rootfs of the container `view` describes is taken away
+/// when it ends (`hook.leave-no-trace`), by its poststop hook.
+pub fn leaves_no_trace(config: &Config, view: &SpecView) -> bool {
+    match config.hook.leave_no_trace {
+        nvc_config::NoTrace::Always => true,
+        nvc_config::NoTrace::OutsideKubernetes => !view.from_kubernetes(),
+        nvc_config::NoTrace::Never => false,
     }
 }
 
@@ -446,6 +457,7 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
         Stage::Hook => None,
         Stage::Runtime | Stage::Check => {
             let mut entry = hook_entry(config, source);
+            entry.poststop = leaves_no_trace(config, &view);
             let in_spec =
                 spec::has_driver_hook(&spec, &entry).map_err(|source| PlanError::BadSpec {
                     path: spec_path.clone(),
