@@ -145,6 +145,19 @@ pub fn write(
     Ok(path)
 }
 
+/// The plan at `plan` with `"undo": true` beside it (`<name>-undo.json`): the floor of a
+/// start that leaves no trace (nvc-floor's poststop hook takes away what its prestart hook
+/// made and puts the image's cache back). Returns its path.
+pub fn with_undo(plan: &Path) -> Result<PathBuf, BenchError> {
+    let mut value = read_json(plan)?;
+    value["undo"] = json!(true);
+    let path = plan.with_extension("undo.json");
+    let text = serde_json::to_vec_pretty(&value)
+        .map_err(|e| BenchError::FloorPlan(format!("write the plan: {e}")))?;
+    std::fs::write(&path, text).map_err(BenchError::io("write", &path))?;
+    Ok(path)
+}
+
 /// Checks, after a run of the floor program's hook on `rootfs` (its host path), that it
 /// did its work: every mount point and link of the plan is there, and the ld.so.cache is
 /// the plan's. A floor that skipped work would not be one.
@@ -165,6 +178,33 @@ pub fn check(plan: &Path, rootfs: &Path) -> Result<(), BenchError> {
     let want = std::fs::read(plan["cache"].as_str().unwrap_or_default()).ok();
     if want.is_none() || std::fs::read(&cache).ok() != want {
         return Err(missing("ld.so.cache of the plan", &cache));
+    }
+    Ok(())
+}
+
+/// Checks, after a whole container (start to exit) through the floor program with
+/// `plan`, that its undo did its work when the plan asks for one: none of the plan's
+/// mount points and links is left in `rootfs`, and its ld.so.cache is the image's again.
+pub fn check_undone(plan: &Path, rootfs: &Path, image: &Path) -> Result<(), BenchError> {
+    let plan = read_json(plan)?;
+    if plan["undo"].as_bool() != Some(true) {
+        return Ok(());
+    }
+    let left = |p: &Path| BenchError::FloorPlan(format!("nvc-floor's undo left {}", p.display()));
+    for list in ["mounts", "links"] {
+        for entry in plan[list].as_array().into_iter().flatten() {
+            let p = in_image(
+                rootfs,
+                Path::new(entry["path"].as_str().unwrap_or_default()),
+            );
+            if std::fs::symlink_metadata(&p).is_ok() {
+                return Err(left(&p));
+            }
+        }
+    }
+    let cache = Path::new("/etc/ld.so.cache");
+    if std::fs::read(in_image(rootfs, cache)).ok() != std::fs::read(in_image(image, cache)).ok() {
+        return Err(left(&in_image(rootfs, cache)));
     }
     Ok(())
 }

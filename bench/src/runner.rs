@@ -368,7 +368,7 @@ impl Bench {
         rootfs: &Image,
         env: &[String],
     ) -> Result<Measured, BenchError> {
-        let (dir, container_rootfs) = self.fresh_container("run", rootfs, env)?;
+        let (dir, container_rootfs) = self.fresh_container("run", rootfs, env, &[])?;
         let id = self.container_id();
         let (program, config) = self.runtime_program(runtime);
         let mut command = measure::command(program, &report_path(&dir));
@@ -381,6 +381,9 @@ impl Bench {
             .env_remove(nvc_config::CONFIG_ENV);
         command.envs(config.iter().copied());
         let measured = self.timed(&mut command, &dir, None);
+        if let (Ok(_), Runtime::Floor(plan)) = (&measured, runtime) {
+            crate::floor_plan::check_undone(plan, &container_rootfs, &rootfs.path)?;
+        }
         if measured.is_err() {
             // `run` deletes its container when it ends; a failed one may be left.
             let _ = Command::new(&self.programs.runc)
@@ -403,7 +406,7 @@ impl Bench {
         rootfs: &Image,
         env: &[String],
     ) -> Result<Measured, BenchError> {
-        let (dir, container_rootfs) = self.fresh_container("start", rootfs, env)?;
+        let (dir, container_rootfs) = self.fresh_container("start", rootfs, env, &[])?;
         let id = self.container_id();
         let (program, config) = self.runtime_program(runtime);
         let command = |args: &[&str]| {
@@ -489,7 +492,7 @@ impl Bench {
         rootfs: &Image,
         env: &[String],
     ) -> Result<Measured, BenchError> {
-        let (dir, container_rootfs) = self.fresh_container("hook", rootfs, env)?;
+        let (dir, container_rootfs) = self.fresh_container("hook", rootfs, env, &[])?;
         // The spec as runc would get it: edited by the shim (which then execs the no-op).
         let mut shim = Command::new(&self.programs.shim);
         shim.arg("--root")
@@ -603,8 +606,9 @@ impl Bench {
         })
     }
 
-    /// Starts `count` `/bin/true` containers of `rootfs` asking for `env` through
-    /// `runtime` (`run`, as in [`Case::Container`]), `in_flight` at a time, and returns
+    /// Starts `count` `/bin/true` containers of `rootfs` asking for `env` (with
+    /// `annotations`) through `runtime` (`run`, as in [`Case::Container`]), `in_flight`
+    /// at a time, and returns
     /// the wall-clock time from the first start to the last exit. The bundles and the
     /// image copies are made before and removed after, outside the timed region.
     pub fn parallel(
@@ -612,12 +616,14 @@ impl Bench {
         runtime: &Runtime,
         rootfs: &Image,
         env: &[String],
+        annotations: &[(&str, &str)],
         count: usize,
         in_flight: usize,
     ) -> Result<Duration, BenchError> {
         let mut runs = Vec::with_capacity(count);
         for _ in 0..count {
-            let (dir, container_rootfs) = self.fresh_container("parallel", rootfs, env)?;
+            let (dir, container_rootfs) =
+                self.fresh_container("parallel", rootfs, env, annotations)?;
             runs.push((dir, container_rootfs, self.container_id()));
         }
         let (program, config) = self.runtime_program(runtime);
@@ -716,13 +722,17 @@ impl Bench {
         tag: &str,
         rootfs: &Image,
         env: &[String],
+        annotations: &[(&str, &str)],
     ) -> Result<(PathBuf, PathBuf), BenchError> {
         let (dir, container_rootfs) = self.fresh_run(tag)?;
         rootfs.copy_to(&container_rootfs)?;
-        Bundle::new(&dir, &container_rootfs)?
+        let mut bundle = Bundle::new(&dir, &container_rootfs)?
             .args(&[COMMAND])
-            .env(env)
-            .write()?;
+            .env(env);
+        for (key, value) in annotations {
+            bundle = bundle.set(&format!("/annotations/{key}"), (*value).into());
+        }
+        bundle.write()?;
         Ok((dir, container_rootfs))
     }
 

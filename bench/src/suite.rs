@@ -55,6 +55,8 @@ struct Suite<'a> {
     configs: Configs,
     /// `nvc-floor`'s plan for the small image, all GPUs, `utility,compute`.
     floor_plan: PathBuf,
+    /// The same with the floor program's undo (`"undo": true`).
+    floor_undo_plan: PathBuf,
     warmup: usize,
 }
 
@@ -87,8 +89,12 @@ struct ParallelFinding {
     in_flight: usize,
     /// The median ratio of a batch's wall time through nvc to plain runc's.
     ratio: f64,
+    /// The same for Kubernetes' containers (no poststop hook).
+    kubernetes_ratio: f64,
     /// The same through the floor program.
     floor_ratio: f64,
+    /// The same through the floor program with its undo.
+    floor_undo_ratio: f64,
 }
 
 /// Runs everything `options` asks for in `work` and returns the tables.
@@ -120,8 +126,10 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
     let configs = bench.configs("main", &driver.roots)?;
     let floor_plan =
         crate::floor_plan::write(&bench, "main", &configs.noop, &template, UTILITY_COMPUTE)?;
+    let floor_undo_plan = crate::floor_plan::with_undo(&floor_plan)?;
     let suite = Suite {
         floor_plan,
+        floor_undo_plan,
         options,
         bench,
         work,

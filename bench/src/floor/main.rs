@@ -15,6 +15,12 @@
 //! poststop hook, no `/proc/driver/nvidia` mask, no checks of what the image holds. It is
 //! never a way to run a container; it is what nvc would cost if all of that were free.
 //!
+//! With `"undo": true` in the plan it is also the floor of leaving no trace: the runtime
+//! adds `nvc-floor poststop` beside the prestart hook; the prestart hook notes what it
+//! made and keeps the image's ld.so.cache (`floor-made` and `floor-cache.orig` in the
+//! bundle); the poststop hook removes what was made, last first, and puts the cache back
+//! with one write and a rename: no config, no checks of what it removes.
+//!
 //! The runc it execs is `NVC_FLOOR_RUNC`; the plan (`NVC_FLOOR_PLAN`, a JSON file
 //! nvc-bench writes, read only for a GPU spec and by the hook):
 //! `{"devices": [...], "rules": [...], "cache": PATH,
@@ -23,14 +29,16 @@
 
 #![cfg_attr(not(test), no_main)]
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use nvc_host::container::{DetachedMount, MountAttrs};
-use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use serde_json::{json, Value};
 
@@ -52,6 +60,7 @@ fn floor_main() -> bool {
     let args: Vec<String> = std::env::args().collect();
     let result = match args.get(1).map(String::as_str) {
         Some("prestart") => prestart(),
+        Some("poststop") => poststop(),
         _ => runtime(&args[1..]),
     };
     match result {
@@ -131,6 +140,15 @@ fn edit_spec(args: &[String]) -> Result<(), Fail> {
         "env": [format!("{PLAN_ENV}={}", std::env::var(PLAN_ENV).unwrap_or_default())],
     }));
     spec["hooks"]["prestart"] = Value::Array(hooks);
+    if plan["undo"].as_bool() == Some(true) {
+        let mut hooks = list(&mut spec["hooks"]["poststop"])?;
+        hooks.push(json!({
+            "path": exe,
+            "args": ["nvc-floor", "poststop"],
+            "env": [format!("{PLAN_ENV}={}", std::env::var(PLAN_ENV).unwrap_or_default())],
+        }));
+        spec["hooks"]["poststop"] = Value::Array(hooks);
+    }
     let out = serde_json::to_vec(&spec).map_err(fail("write the spec"))?;
     std::fs::write(&path, out).map_err(fail(format!("write {}", path.display())))?;
     Ok(())
@@ -138,21 +156,16 @@ fn edit_spec(args: &[String]) -> Result<(), Fail> {
 
 /// As the prestart hook: the mounts, links and ld.so.cache of the plan, in the container.
 fn prestart() -> Result<(), Fail> {
-    let mut raw = Vec::new();
-    std::io::stdin()
-        .read_to_end(&mut raw)
-        .map_err(fail("read the state"))?;
-    let state: Value = serde_json::from_slice(&raw).map_err(fail("parse the state"))?;
+    let (state, bundle, rootfs) = container()?;
     let pid = state["pid"].as_i64().ok_or("the state has no pid")?;
-    let bundle = PathBuf::from(text(&state, "bundle")?);
-    let spec_path = bundle.join("config.json");
-    let spec: Value = serde_json::from_slice(
-        &std::fs::read(&spec_path).map_err(fail(format!("read {}", spec_path.display())))?,
-    )
-    .map_err(fail("parse the spec"))?;
-    let rootfs = bundle.join(spec["root"]["path"].as_str().ok_or("no root.path")?);
     let plan = read_plan()?;
     let cache = std::fs::read(text(&plan, "cache")?).map_err(fail("read the cache"))?;
+    // The record, opened on the host before entering the container.
+    let undo = plan["undo"].as_bool() == Some(true);
+    let record = match undo {
+        true => Some([MADE, ORIGINAL_CACHE].map(|name| std::fs::File::create(bundle.join(name)))),
+        false => None,
+    };
 
     // In the host's mount namespace: every source, as a detached mount.
     let mut sources = Vec::new();
@@ -189,13 +202,16 @@ fn prestart() -> Result<(), Fail> {
     let mut dirs = Folders {
         root,
         open: HashMap::new(),
+        made: Rc::default(),
     };
+    let made = Rc::clone(&dirs.made);
 
     for (src, path, is_dir) in sources {
         let (dir, name) = dirs.parent(&path)?;
         let point = if is_dir {
             match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755)) {
-                Ok(()) | Err(Errno::EXIST) => {}
+                Ok(()) => made.borrow_mut().push(format!("d {}", path.display())),
+                Err(Errno::EXIST) => {}
                 Err(e) => return Err(format!("mkdir {}: {e}", path.display())),
             }
             rustix::fs::openat(
@@ -210,16 +226,48 @@ fn prestart() -> Result<(), Fail> {
         }
         .map_err(fail(format!("mount point {}", path.display())))?;
         src.attach(&point).map_err(fail(path.display()))?;
+        if !is_dir {
+            made.borrow_mut().push(format!("f {}", path.display()));
+        }
     }
     for l in plan["links"].as_array().into_iter().flatten() {
         let path = PathBuf::from(text(l, "path")?);
         let (dir, name) = dirs.parent(&path)?;
         match rustix::fs::symlinkat(text(l, "target")?, dir, name) {
-            Ok(()) | Err(Errno::EXIST) => {}
+            Ok(()) => made.borrow_mut().push(format!("f {}", path.display())),
+            Err(Errno::EXIST) => {}
             Err(e) => return Err(format!("link {}: {e}", path.display())),
         }
     }
     let (etc, _) = dirs.parent(Path::new("/etc/ld.so.cache"))?;
+    if let Some([file, original]) = record {
+        // What was made, a line each, and the image's cache.
+        let mut file = file.map_err(fail("create the record"))?;
+        file.write_all(made.borrow().join("\n").as_bytes())
+            .map_err(fail("write the record"))?;
+        let mut original = original.map_err(fail("create the record"))?;
+        let mut image = std::fs::File::from(
+            rustix::fs::openat(
+                etc,
+                "ld.so.cache",
+                OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(fail("open the image's cache"))?,
+        );
+        let mut data = Vec::new();
+        image
+            .read_to_end(&mut data)
+            .map_err(fail("read the image's cache"))?;
+        original
+            .write_all(&data)
+            .map_err(fail("keep the image's cache"))?;
+    }
+    write_cache(etc, &cache)
+}
+
+/// Writes `cache` over the ld.so.cache of the folder `etc`: one write and a rename.
+fn write_cache(etc: &OwnedFd, cache: &[u8]) -> Result<(), Fail> {
     let tmp = rustix::fs::openat(
         etc,
         ".ld.so.cache.floor",
@@ -227,10 +275,77 @@ fn prestart() -> Result<(), Fail> {
         Mode::from_raw_mode(0o644),
     )
     .map_err(fail("create the cache"))?;
-    rustix::io::write(&tmp, &cache).map_err(fail("write the cache"))?;
+    rustix::io::write(&tmp, cache).map_err(fail("write the cache"))?;
     drop(tmp);
     rustix::fs::renameat(etc, ".ld.so.cache.floor", etc, "ld.so.cache")
-        .map_err(fail("rename the cache"))?;
+        .map_err(fail("rename the cache"))
+}
+
+/// The record of what the prestart hook made (`f PATH` for a file or link, `d PATH` for
+/// a folder, a line each, in the order made), in the bundle.
+const MADE: &str = "floor-made";
+
+/// The image's ld.so.cache, kept in the bundle.
+const ORIGINAL_CACHE: &str = "floor-cache.orig";
+
+/// The OCI state on stdin, the bundle and the rootfs (the spec's `root.path`, parsed
+/// alone).
+fn container() -> Result<(Value, PathBuf, PathBuf), Fail> {
+    #[derive(serde::Deserialize)]
+    struct Root {
+        path: PathBuf,
+    }
+    #[derive(serde::Deserialize)]
+    struct Spec {
+        root: Root,
+    }
+    let mut raw = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut raw)
+        .map_err(fail("read the state"))?;
+    let state: Value = serde_json::from_slice(&raw).map_err(fail("parse the state"))?;
+    let bundle = PathBuf::from(text(&state, "bundle")?);
+    let spec_path = bundle.join("config.json");
+    let spec: Spec = serde_json::from_slice(
+        &std::fs::read(&spec_path).map_err(fail(format!("read {}", spec_path.display())))?,
+    )
+    .map_err(fail("parse the spec"))?;
+    let rootfs = bundle.join(spec.root.path);
+    Ok((state, bundle, rootfs))
+}
+
+/// As the poststop hook (with `"undo": true`): what the prestart hook made, removed last
+/// first, and the image's cache put back, in the host's mount namespace.
+fn poststop() -> Result<(), Fail> {
+    let (_, bundle, rootfs) = container()?;
+    let made = std::fs::read_to_string(bundle.join(MADE)).map_err(fail("read the record"))?;
+    let original =
+        std::fs::read(bundle.join(ORIGINAL_CACHE)).map_err(fail("read the kept cache"))?;
+    let root = rustix::fs::open(
+        &rootfs,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(fail(rootfs.display()))?;
+    let mut dirs = Folders {
+        root,
+        open: HashMap::new(),
+        made: Rc::default(),
+    };
+    for line in made.lines().rev() {
+        let (kind, path) = line.split_at(2);
+        let (dir, name) = dirs.parent(Path::new(path))?;
+        let flags = match kind {
+            "d " => AtFlags::REMOVEDIR,
+            _ => AtFlags::empty(),
+        };
+        rustix::fs::unlinkat(dir, name, flags).map_err(fail(format!("remove {path}")))?;
+    }
+    let (etc, _) = dirs.parent(Path::new("/etc/ld.so.cache"))?;
+    write_cache(etc, &original)?;
+    for name in [MADE, ORIGINAL_CACHE] {
+        std::fs::remove_file(bundle.join(name)).map_err(fail("remove the record"))?;
+    }
     Ok(())
 }
 
@@ -239,6 +354,8 @@ fn prestart() -> Result<(), Fail> {
 struct Folders {
     root: OwnedFd,
     open: HashMap<PathBuf, OwnedFd>,
+    /// What was made, as the record's lines, in the order made.
+    made: Rc<RefCell<Vec<String>>>,
 }
 
 impl Folders {
@@ -268,10 +385,13 @@ impl Folders {
         // Made one component at a time from the root.
         let mut at = rustix::fs::openat(&self.root, ".", flags, Mode::empty())
             .map_err(fail("open the root"))?;
+        let mut made = PathBuf::from("/");
         for c in dir.components() {
             let Component::Normal(name) = c else { continue };
+            made.push(name);
             match rustix::fs::mkdirat(&at, name, Mode::from_raw_mode(0o755)) {
-                Ok(()) | Err(Errno::EXIST) => {}
+                Ok(()) => self.made.borrow_mut().push(format!("d {}", made.display())),
+                Err(Errno::EXIST) => {}
                 Err(e) => return Err(format!("mkdir {}: {e}", dir.display())),
             }
             at = rustix::fs::openat2(&at, name, flags, Mode::empty(), how)

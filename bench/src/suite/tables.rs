@@ -45,7 +45,18 @@ impl Suite<'_> {
              config, plan, leases, record, `/proc/driver/nvidia` mask or checks).",
             &CONTAINER_COLUMNS,
         );
-        added_rows(&mut table, &found.started);
+        added_rows(
+            &mut table,
+            &found.started,
+            &[
+                "runc (no nvc)",
+                "nvc-runtime, no GPU asked for",
+                "nvc-runtime, all GPUs, utility,compute",
+                "nvc-runtime, all GPUs, all capabilities",
+                "nvc-floor (the floor of a start), no GPU asked for",
+                "nvc-floor (the floor of a GPU start), all GPUs, utility,compute",
+            ],
+        );
         Ok(table)
     }
 
@@ -58,6 +69,11 @@ impl Suite<'_> {
                 self.container(self.nvc(), NO_GPU),
                 self.container(self.nvc(), UTILITY_COMPUTE),
                 self.container(self.nvc(), ALL_CAPS),
+                self.container(Runtime::Floor(self.floor_plan.clone()), UTILITY_COMPUTE),
+                self.container(
+                    Runtime::Floor(self.floor_undo_plan.clone()),
+                    UTILITY_COMPUTE,
+                ),
             ],
         )?;
         let mut table = Table::new(
@@ -66,10 +82,26 @@ impl Suite<'_> {
              command (create, start, the container's exit, its poststop hooks, delete), \
              each run from a fresh copy of the image. Added: this median minus plain \
              runc's. CPU: user + system time of the command and what it reaped (the \
-             container, the hooks), median.",
+             container, the hooks), median. The floor program as in the table above, and \
+             with its undo: as the poststop hook it also takes away what it made and puts \
+             the image's ld.so.cache back (kept by its prestart hook, with the list of \
+             what it made, in the bundle), with no check of what it removes: the floor of \
+             a start that leaves no trace in the rootfs.",
             &CONTAINER_COLUMNS,
         );
-        added_rows(&mut table, &found.starts);
+        added_rows(
+            &mut table,
+            &found.starts,
+            &[
+                "runc (no nvc)",
+                "nvc-runtime, no GPU asked for",
+                "nvc-runtime, all GPUs, utility,compute",
+                "nvc-runtime, all GPUs, all capabilities",
+                "nvc-floor (the floor of a GPU start, no undo), all GPUs, utility,compute",
+                "nvc-floor with its undo (the floor of leaving no trace), all GPUs, \
+                 utility,compute",
+            ],
+        );
         Ok(table)
     }
 
@@ -299,13 +331,18 @@ impl Suite<'_> {
             hard_links: true,
         };
         let env = strings(UTILITY_COMPUTE);
-        let runtimes = [
-            Runtime::Runc,
-            self.nvc(),
-            Runtime::Floor(self.floor_plan.clone()),
+        // runc; nvc; nvc for a Kubernetes container (containerd's CRI annotation: no
+        // poststop hook, no record); the floor; the floor with its undo.
+        let cri = [(libnvc::oci::spec::CONTAINERD_CRI_TYPE, "container")];
+        let runtimes: [(Runtime, &[(&str, &str)]); 5] = [
+            (Runtime::Runc, &[]),
+            (self.nvc(), &[]),
+            (self.nvc(), &cri),
+            (Runtime::Floor(self.floor_plan.clone()), &[]),
+            (Runtime::Floor(self.floor_undo_plan.clone()), &[]),
         ];
         // A batch of each as warm-up, then the batches, rotating which goes first.
-        let mut times: [Vec<Duration>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+        let mut times: [Vec<Duration>; 5] = Default::default();
         let started = std::time::Instant::now();
         for batch in 0..=options.batches {
             eprint!(
@@ -314,9 +351,10 @@ impl Suite<'_> {
             );
             for k in 0..runtimes.len() {
                 let i = (batch + k) % runtimes.len();
-                let t = self
-                    .bench
-                    .parallel(&runtimes[i], &image, &env, count, in_flight)?;
+                let (runtime, annotations) = &runtimes[i];
+                let t =
+                    self.bench
+                        .parallel(runtime, &image, &env, annotations, count, in_flight)?;
                 if batch > 0 {
                     times[i].push(t);
                 }
@@ -332,20 +370,25 @@ impl Suite<'_> {
                     .collect(),
             )
         };
-        let (ratio, floor_ratio) = (ratio_of(1), ratio_of(2));
+        let ratios = [1, 2, 3, 4].map(ratio_of);
         found.parallel = Some(ParallelFinding {
             count,
             in_flight,
-            ratio,
-            floor_ratio,
+            ratio: ratios[0],
+            kubernetes_ratio: ratios[1],
+            floor_ratio: ratios[2],
+            floor_undo_ratio: ratios[3],
         });
         let mut table = Table::new(
             "Parallel starts",
             &format!(
                 "{count} `/bin/true` containers (all GPUs, utility,compute) started at once, \
-                 {in_flight} in flight, through nvc, through the floor program (nvc-floor) \
-                 and through plain runc (which ignores the request): the wall-clock time \
-                 from the first start to the last exit. Batches of each: {} after one of \
+                 {in_flight} in flight, through nvc, through nvc with the annotation \
+                 containerd's CRI gives Kubernetes' containers (which get no poststop hook \
+                 and no record: `hook.leave-no-trace`), through the floor program \
+                 (nvc-floor) without and with its undo, and through plain runc (which \
+                 ignores the request): the wall-clock time from the first start to the last \
+                 exit. Batches of each: {} after one of \
                  warm-up, rotating which goes first; each container on its own copy of the \
                  image. Ratio: the median of the per-batch ratios to runc's batch of the \
                  same round.",
@@ -363,7 +406,9 @@ impl Suite<'_> {
         for (i, name) in [
             "runc (no nvc)",
             "nvc-runtime + nvc-hook",
-            "nvc-floor (the floor)",
+            "nvc-runtime + nvc-hook, a Kubernetes container (no poststop hook)",
+            "nvc-floor (the floor, no undo)",
+            "nvc-floor with its undo (the floor of leaving no trace)",
         ]
         .iter()
         .enumerate()
@@ -382,8 +427,7 @@ impl Suite<'_> {
                 ms(s.median_ms / count as f64),
                 match i {
                     0 => String::new(),
-                    1 => format!("{ratio:.2} ×"),
-                    _ => format!("{floor_ratio:.2} ×"),
+                    _ => format!("{:.2} ×", ratios[i - 1]),
                 },
             ]);
         }
@@ -520,18 +564,10 @@ const CONTAINER_COLUMNS: [&str; 7] = [
     "added CPU ms",
 ];
 
-/// One row per configuration of a container table (runc, no GPU, utility,compute, all
-/// capabilities), each but runc's with what it adds to runc's.
-fn added_rows(table: &mut Table, samples: &[Samples]) {
+/// One row per configuration of a container table, named by `names` (runc's first),
+/// each but runc's with what it adds to runc's.
+fn added_rows(table: &mut Table, samples: &[Samples], names: &[&str]) {
     let (runc, runc_cpu) = (median(&samples[0]), samples[0].cpu_median_ms());
-    let names = [
-        "runc (no nvc)",
-        "nvc-runtime, no GPU asked for",
-        "nvc-runtime, all GPUs, utility,compute",
-        "nvc-runtime, all GPUs, all capabilities",
-        "nvc-floor (the floor of a start), no GPU asked for",
-        "nvc-floor (the floor of a GPU start), all GPUs, utility,compute",
-    ];
     for (i, (name, samples)) in names.iter().zip(samples).enumerate() {
         let mut cells = summary_cells(name, samples);
         let cpu = samples.cpu_median_ms();

@@ -108,8 +108,15 @@ fn parallel_target(found: Option<ParallelFinding>) -> (String, String) {
     match found {
         Some(p) => (
             format!(
-                "{:.2} × ({} containers, {} in flight); the floor program: {:.2} ×",
-                p.ratio, p.count, p.in_flight, p.floor_ratio
+                "{:.2} × ({} containers, {} in flight; Kubernetes' containers, which get \
+                 no poststop hook: {:.2} ×); the floor program: {:.2} ×, with its undo \
+                 (the floor of leaving no trace): {:.2} ×",
+                p.ratio,
+                p.count,
+                p.in_flight,
+                p.kubernetes_ratio,
+                p.floor_ratio,
+                p.floor_undo_ratio
             ),
             yes_no(p.ratio <= TARGET_PARALLEL),
         ),
@@ -181,13 +188,18 @@ mod tests {
                 count: 100,
                 in_flight: 16,
                 ratio,
+                kubernetes_ratio: 1.12,
                 floor_ratio: 1.1,
+                floor_undo_ratio: 1.2,
             }))
         };
         assert_eq!(
             p(1.15),
             (
-                "1.15 × (100 containers, 16 in flight); the floor program: 1.10 ×".into(),
+                "1.15 × (100 containers, 16 in flight; Kubernetes' containers, which get no \
+                 poststop hook: 1.12 ×); the floor program: 1.10 ×, with its undo (the floor \
+                 of leaving no trace): 1.20 ×"
+                    .into(),
                 "yes".into()
             )
         );
