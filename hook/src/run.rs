@@ -158,39 +158,23 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
     let undone = libnvc::plan::leaves_no_trace(&config, &plan.view)
         && libnvc::oci::spec::has_undo_hook(&plan.spec, &config.hook.path);
     // Held until the record is written: a container ending on the same rootfs waits,
-    // then sees this one (nvc_host::trace).
-    let _rootfs_lock = match undone {
-        false => None,
-        true => match nvc_host::trace::lock_rootfs(&config.hook.state_dir, &target.rootfs) {
-            Ok(lock) => Some(lock),
-            Err(e) => {
-                log::warn!(
-                    "what nvc makes in the rootfs stays after the container: {}",
-                    libnvc::report::error_chain(&e)
-                );
-                None
-            }
-        },
-    };
-    // Opened here, in the host's mount namespace: set_up enters the container's.
-    let record = match undone {
-        false => None,
-        true => match RecordDir::create(
-            &config.hook.state_dir,
-            &state.id,
-            &state.bundle,
-            &target.rootfs,
-            state.pid,
-        ) {
-            Ok(record) => Some(record),
-            Err(e) => {
-                log::warn!(
-                    "what nvc makes in the rootfs stays after the container: {}",
-                    libnvc::report::error_chain(&e)
-                );
-                None
-            }
-        },
+    // then sees this one (nvc_host::trace). The record is opened here, in the host's
+    // mount namespace: set_up enters the container's.
+    let (_rootfs_lock, record) = match undone {
+        false => (None, None),
+        true => (
+            untraced(nvc_host::trace::lock_rootfs(
+                &config.hook.state_dir,
+                &target.rootfs,
+            )),
+            untraced(RecordDir::create(
+                &config.hook.state_dir,
+                &state.id,
+                &state.bundle,
+                &target.rootfs,
+                state.pid,
+            )),
+        ),
     };
     phases.mark("record-open");
     let trace = match setup::set_up_noted(&gpu.driver, &gpu.edits, &target) {
@@ -204,14 +188,21 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
     };
     phases.mark("set-up");
     if let Some(record) = record {
-        if let Err(e) = record.save(&trace) {
-            log::warn!(
-                "what nvc made in the rootfs stays after the container: {}",
-                libnvc::report::error_chain(&e)
-            );
-        }
+        untraced(record.save(&trace));
     }
     phases.mark("record-save");
     phases.log();
     Ok(())
+}
+
+/// `result`'s value; its error only logged: what nvc makes then stays in the rootfs.
+fn untraced<T, E: std::error::Error>(result: Result<T, E>) -> Option<T> {
+    result
+        .map_err(|e| {
+            log::warn!(
+                "what nvc makes in the rootfs stays after the container: {}",
+                libnvc::report::error_chain(&e)
+            )
+        })
+        .ok()
 }

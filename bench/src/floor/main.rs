@@ -221,14 +221,20 @@ fn prestart() -> Result<(), Fail> {
                 Mode::empty(),
             )
         } else {
-            let flags = OFlags::RDONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o644))
+            // Made here (noted for the undo), or the image's own file, mounted over.
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let mode = Mode::from_raw_mode(0o644);
+            match rustix::fs::openat(dir, name, flags | OFlags::CREATE | OFlags::EXCL, mode) {
+                Ok(fd) => {
+                    made.borrow_mut().push(format!("f {}", path.display()));
+                    Ok(fd)
+                }
+                Err(Errno::EXIST) => rustix::fs::openat(dir, name, flags, mode),
+                Err(e) => Err(e),
+            }
         }
         .map_err(fail(format!("mount point {}", path.display())))?;
         src.attach(&point).map_err(fail(path.display()))?;
-        if !is_dir {
-            made.borrow_mut().push(format!("f {}", path.display()));
-        }
     }
     for l in plan["links"].as_array().into_iter().flatten() {
         let path = PathBuf::from(text(l, "path")?);
