@@ -133,21 +133,18 @@ fn edit_spec(args: &[String]) -> Result<(), Fail> {
     rules.extend(plan["rules"].as_array().cloned().unwrap_or_default());
     spec["linux"]["resources"]["devices"] = Value::Array(rules);
     let exe = std::env::current_exe().map_err(fail("find this program"))?;
-    let mut hooks = list(&mut spec["hooks"]["prestart"])?;
-    hooks.push(json!({
-        "path": exe,
-        "args": ["nvc-floor", "prestart"],
-        "env": [format!("{PLAN_ENV}={}", std::env::var(PLAN_ENV).unwrap_or_default())],
-    }));
-    spec["hooks"]["prestart"] = Value::Array(hooks);
+    let mut stages = vec!["prestart"];
     if plan["undo"].as_bool() == Some(true) {
-        let mut hooks = list(&mut spec["hooks"]["poststop"])?;
+        stages.push("poststop");
+    }
+    for stage in stages {
+        let mut hooks = list(&mut spec["hooks"][stage])?;
         hooks.push(json!({
             "path": exe,
-            "args": ["nvc-floor", "poststop"],
+            "args": ["nvc-floor", stage],
             "env": [format!("{PLAN_ENV}={}", std::env::var(PLAN_ENV).unwrap_or_default())],
         }));
-        spec["hooks"]["poststop"] = Value::Array(hooks);
+        spec["hooks"][stage] = Value::Array(hooks);
     }
     let out = serde_json::to_vec(&spec).map_err(fail("write the spec"))?;
     std::fs::write(&path, out).map_err(fail(format!("write {}", path.display())))?;
@@ -193,17 +190,7 @@ fn prestart() -> Result<(), Fail> {
         Some(rustix::thread::LinkNameSpaceType::Mount),
     )
     .map_err(fail("enter the mount namespace"))?;
-    let root = rustix::fs::open(
-        &rootfs,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(fail(rootfs.display()))?;
-    let mut dirs = Folders {
-        root,
-        open: HashMap::new(),
-        made: Rc::default(),
-    };
+    let mut dirs = Folders::open(&rootfs)?;
     let made = Rc::clone(&dirs.made);
 
     for (src, path, is_dir) in sources {
@@ -327,17 +314,7 @@ fn poststop() -> Result<(), Fail> {
     let made = std::fs::read_to_string(bundle.join(MADE)).map_err(fail("read the record"))?;
     let original =
         std::fs::read(bundle.join(ORIGINAL_CACHE)).map_err(fail("read the kept cache"))?;
-    let root = rustix::fs::open(
-        &rootfs,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(fail(rootfs.display()))?;
-    let mut dirs = Folders {
-        root,
-        open: HashMap::new(),
-        made: Rc::default(),
-    };
+    let mut dirs = Folders::open(&rootfs)?;
     for line in made.lines().rev() {
         let (kind, path) = line.split_at(2);
         let (dir, name) = dirs.parent(Path::new(path))?;
@@ -365,6 +342,21 @@ struct Folders {
 }
 
 impl Folders {
+    /// The folders of the rootfs at `rootfs`, none resolved yet.
+    fn open(rootfs: &Path) -> Result<Folders, Fail> {
+        let root = rustix::fs::open(
+            rootfs,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(fail(rootfs.display()))?;
+        Ok(Folders {
+            root,
+            open: HashMap::new(),
+            made: Rc::default(),
+        })
+    }
+
     /// The folder of `path` and its last component.
     fn parent<'a>(&mut self, path: &'a Path) -> Result<(&OwnedFd, &'a str), Fail> {
         let name = path
