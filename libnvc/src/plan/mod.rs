@@ -196,7 +196,8 @@ pub fn hook_entry(config: &Config, source: &ConfigSource) -> HookEntry {
         // runc kills a hook that outlives this; the hook's own deadline (`timeout`)
         // comes first, so the kill only ends a hook that deadline did not.
         timeout: Some(config.hook.runtime_timeout()),
-        poststop: config.hook.leave_no_trace != nvc_config::NoTrace::Never,
+        // Per container: the plan sets it from the spec (`leaves_no_trace`).
+        poststop: true,
     }
 }
 
