@@ -98,6 +98,18 @@ if [ ! -s "$carry/engines/engines.tar.xz" ]; then
     tar -C "$apt_state/pack" -cf - . | xz -T1 --lzma2=preset=9e,dict=256MiB >"$carry/engines/engines.tar.xz"
     rm -rf "$apt_state"
 fi
+# strace for tests/gpu/strace-hooks.sh (the GPU machine has none): Debian's, with the
+# libraries it loads that an Ubuntu machine may lack, each by its soname as a file.
+if [ ! -x "$carry/strace/strace" ]; then
+    rm -rf "$carry/strace" && mkdir -p "$carry/strace/lib" "$carry/strace/debs"
+    (cd "$carry/strace/debs" && apt-get -qq download strace libunwind8 liblzma5)
+    for d in "$carry"/strace/debs/*.deb; do dpkg -x "$d" "$carry/strace/x"; done
+    cp "$carry/strace/x/usr/bin/strace" "$carry/strace/strace"
+    for lib in libunwind-ptrace.so.0 libunwind-x86_64.so.8 libunwind.so.8 liblzma.so.5; do
+        cp -L "$(find "$carry/strace/x" -name "$lib" | head -1)" "$carry/strace/lib/$lib"
+    done
+    rm -rf "$carry/strace/debs" "$carry/strace/x"
+fi
 # What engines.sh needs besides the engines, small enough to go with them in one call:
 # nvc's binaries, runc with libseccomp and busybox, the commit.
 mkdir -p "$carry/engines" && tar -C "$carry" -cf - bin/nvc bin/nvc-runtime bin/nvc-hook bin/nvc-cri commit runc/usr/sbin/runc \

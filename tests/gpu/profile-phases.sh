@@ -16,7 +16,8 @@ mkdir -p "$out"
 work=$(mktemp -d /tmp/nvc-phases.XXXXXX)
 export NVC_GPU_RW_ROOTFS=1
 . tests/gpu/common.sh >/dev/null
-state_dir=$work/run
+# The hook's state (driver-files cache, records, leases) on a tmpfs, as /run/nvc is.
+state_dir=$(mktemp -d /dev/shm/nvc-phases-state.XXXXXX)
 # A config of this run's own: debug log per group, its own driver-files cache.
 config_for() { # config_for LOG: prints the config's path
     local cfg=$work/config-$(basename "$1").toml
@@ -90,4 +91,4 @@ v = ctypes.c_int()
 lib.cuDriverGetVersion(ctypes.byref(v))
 print(f"  {(time.perf_counter() - t) * 1e3:.2f} ms (CUDA {v.value})")' "${lib:-libcuda.so.1}"
 done 2>&1 | tee -a "$out/profile-phases.txt"
-rm -rf "$work"
+rm -rf "$work" "$state_dir"

@@ -10,10 +10,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use super::{walk, ContainerRoot, FileKind, FsError, Made, ATTEMPTS};
+use super::{walk, ContainerRoot, FileKind, FsError, Made, Resolver, ATTEMPTS};
 
 /// What [`ContainerRoot::link_mount_point`] found or made.
 #[derive(Debug)]
@@ -26,41 +26,69 @@ pub enum Staged {
 
 impl ContainerRoot {
     /// Creates every missing directory of `dir` (absolute, inside the container), one
-    /// component at a time: each is made with `mkdirat` on its parent's fd and then
-    /// re-resolved. Existing components that are symbolic links are followed inside the
-    /// root; a dangling one is an error. Returns an `O_PATH` fd of the directory.
-    pub fn mkdir_all(&self, dir: &Path, mode: u32) -> Result<OwnedFd, FsError> {
+    /// component at a time: each is made with `mkdirat` on its parent's fd. Existing
+    /// components that are symbolic links are followed inside the root; a dangling one is
+    /// an error. Returns an `O_PATH` fd of the directory, kept by this root with every
+    /// folder on the way, so that each folder is resolved once per start.
+    pub fn mkdir_all(&self, dir: &Path, mode: u32) -> Result<Arc<OwnedFd>, FsError> {
         const OP: &str = "create directory";
         self.check_absolute(OP, dir)?;
+        if let Some(fd) = self.known_folder(dir) {
+            return Ok(fd);
+        }
         // Nearly always the folder exists: one resolution of the whole path, which is what
         // the walk below ends with too (each component is resolved from the root). Anything
         // else (missing, a link that dangles, not a folder) takes the walk, which makes what
         // is missing and names what is wrong.
-        if let Ok(fd) = self.lookup(dir, true) {
-            if rustix::fs::fstat(&fd).is_ok_and(|st| FileKind::of(&st) == FileKind::Directory) {
-                return Ok(fd);
-            }
-        }
-        let mut current = rustix::io::fcntl_dupfd_cloexec(&self.fd, 0)
-            .map_err(|e| self.err(OP, Path::new("/"), e))?;
-        let mut prefix = PathBuf::from("/");
-        for component in dir.components() {
+        let whole = match self.lookup_dir(dir) {
+            Ok(fd) => return Ok(self.keep_folder(dir, fd)),
+            Err(e) => e,
+        };
+        // The walk starts at the deepest folder above `dir` that this root has resolved
+        // already (the root itself at worst).
+        let (mut current, mut prefix) = self.known_ancestor(dir)?;
+        let rest = dir.strip_prefix(&prefix).unwrap_or(dir).to_path_buf();
+        // Whether the next component is known to be missing: the one below a folder made
+        // just now, or the last one when the whole path was not found from its parent.
+        let mut missing =
+            whole == Errno::NOENT && rest.components().count() == 1 && rest.file_name().is_some();
+        for component in rest.components() {
             let name = match component {
                 Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
                 Component::ParentDir => None,
                 Component::Normal(name) => Some(name),
             };
             prefix.push(component);
-            current = self.dir_component(OP, &current, &prefix, name, mode)?;
+            let (fd, made) = self.dir_component(OP, &current, &prefix, name, mode, missing)?;
+            missing = made;
+            current = self.keep_folder(&prefix, fd);
         }
         Ok(current)
     }
 
+    /// The deepest folder strictly above `dir` that this root has resolved already, and
+    /// its path; else the root.
+    fn known_ancestor(&self, dir: &Path) -> Result<(Arc<OwnedFd>, PathBuf), FsError> {
+        for above in dir.ancestors().skip(1) {
+            if let Some(fd) = self.known_folder(above) {
+                return Ok((fd, above.to_path_buf()));
+            }
+        }
+        let root = Path::new("/");
+        let fd = rustix::io::fcntl_dupfd_cloexec(&self.fd, 0)
+            .map_err(|e| self.err("create directory", root, e))?;
+        Ok((self.keep_folder(root, fd), root.to_path_buf()))
+    }
+
     /// The directory `prefix` resolves to, made first with `mkdirat(parent, name)` when
-    /// it is missing. A failure that a link on the way explains (dangling, a loop, a magic
-    /// link) is returned; one that nothing explains any more (`ENOENT` for what `mkdirat`
-    /// found, `ELOOP` from a link since gone) means the tree changed in between, and the
-    /// component is resolved again, at most [`ATTEMPTS`] times.
+    /// it is missing, and whether it was made. Where it is known to be `missing` (in a
+    /// folder made just now), it is made without a lookup first. A folder made here is
+    /// opened by its name in `parent` (on the root's mount, a link or another mount in its
+    /// place refused), not resolved from the root again. A failure that a link on the way
+    /// explains (dangling, a loop, a magic link) is returned; one that nothing explains any
+    /// more (`ENOENT` for what `mkdirat` found, `ELOOP` from a link since gone) means the
+    /// tree changed in between, and the component is resolved again, at most [`ATTEMPTS`]
+    /// times.
     fn dir_component(
         &self,
         op: &'static str,
@@ -68,15 +96,30 @@ impl ContainerRoot {
         prefix: &Path,
         name: Option<&OsStr>,
         mode: u32,
-    ) -> Result<OwnedFd, FsError> {
-        for _ in 0..ATTEMPTS {
-            let found = match (self.lookup(prefix, true), name) {
-                (Ok(fd), _) => Ok(fd),
+        missing: bool,
+    ) -> Result<(OwnedFd, bool), FsError> {
+        let mut made = false;
+        for attempt in 0..ATTEMPTS {
+            let looked_up = if missing && attempt == 0 && name.is_some() {
+                Err(Errno::NOENT)
+            } else {
+                self.lookup_dir(prefix)
+            };
+            let found = match (looked_up, name) {
+                (Ok(fd), _) => return Ok((fd, made)),
+                // Not a folder: looked at again below, to name what it is.
+                (Err(Errno::NOTDIR), _) => self.lookup(prefix, true),
                 (Err(Errno::NOENT), Some(name)) => {
                     match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
-                        Ok(()) => self.note(Made::Dir {
-                            path: self.shown(prefix),
-                        }),
+                        Ok(()) => {
+                            made = true;
+                            self.note(Made::Dir {
+                                path: self.shown(prefix),
+                            });
+                            if let Ok(fd) = self.open_made_dir(parent, name) {
+                                return Ok((fd, true));
+                            }
+                        }
                         Err(Errno::EXIST) => {}
                         Err(e) => return Err(self.err(op, prefix, e)),
                     }
@@ -87,7 +130,7 @@ impl ContainerRoot {
             match found {
                 Ok(fd) => {
                     self.expect_kind(op, prefix, &fd, FileKind::Directory)?;
-                    return Ok(fd);
+                    return Ok((fd, made));
                 }
                 Err(e @ (Errno::NOENT | Errno::LOOP)) => match self.err(op, prefix, e) {
                     FsError::NotFound { .. } | FsError::Io { .. } => continue,
@@ -97,6 +140,29 @@ impl ContainerRoot {
             }
         }
         Err(self.raced(op, prefix))
+    }
+
+    /// The folder `name` just made in `parent`, opened by that name without following a
+    /// link or leaving `parent`'s mount (the root's): whatever was put in its place since
+    /// (a link, something else) fails, and the caller resolves the path again.
+    fn open_made_dir(&self, parent: &OwnedFd, name: &OsStr) -> Result<OwnedFd, Errno> {
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match self.resolver {
+            Resolver::Openat2 => {
+                let how = ResolveFlags::BENEATH
+                    | ResolveFlags::NO_SYMLINKS
+                    | ResolveFlags::NO_MAGICLINKS
+                    | ResolveFlags::NO_XDEV;
+                rustix::fs::openat2(parent, name, flags, Mode::empty(), how)
+            }
+            Resolver::FdWalk => {
+                let fd = rustix::fs::openat(parent, name, flags, Mode::empty())?;
+                if walk::mount_id(fd.as_fd())? != self.mount {
+                    return Err(Errno::XDEV);
+                }
+                Ok(fd)
+            }
+        }
     }
 
     /// A regular-file mount point at `path`: created empty with `O_CREAT|O_EXCL|O_NOFOLLOW`
@@ -362,8 +428,7 @@ impl ContainerRoot {
             return Err(invalid("it ends in a slash"));
         }
         let parent: PathBuf = components.iter().collect();
-        let dir = self.folder(&parent, || self.mkdir_all(&parent, 0o755))?;
-        Ok((dir, name))
+        Ok((self.mkdir_all(&parent, 0o755)?, name))
     }
 
     /// What is at `name` in `dir`, not following a symbolic link, or None.

@@ -102,6 +102,8 @@ fn mount_setattr(fd: BorrowedFd<'_>, attrs: MountAttrs) -> Result<(), Errno> {
 pub struct DetachedMount {
     fd: OwnedFd,
     what: String,
+    /// A tmpfs nvc made, onto whose folders it may attach more mounts.
+    takes_mounts: bool,
 }
 
 impl DetachedMount {
@@ -123,6 +125,7 @@ impl DetachedMount {
         let mount = DetachedMount {
             fd,
             what: format!("the bind mount of {}", host_path.display()),
+            takes_mounts: false,
         };
         mount.set_attrs(attrs)?;
         Ok(mount)
@@ -154,7 +157,11 @@ impl DetachedMount {
                 | MountAttrFlags::MOUNT_ATTR_NOEXEC,
         )
         .map_err(|e| fail("mount", e))?;
-        let mount = DetachedMount { fd, what };
+        let mount = DetachedMount {
+            fd,
+            what,
+            takes_mounts: true,
+        };
         mount.set_attrs(MountAttrs::default())?;
         Ok(mount)
     }
@@ -187,9 +194,17 @@ impl DetachedMount {
         let mount = DetachedMount {
             fd,
             what: what.to_string(),
+            takes_mounts: false,
         };
         mount.set_attrs(ro)?;
         Ok(mount)
+    }
+
+    /// Whether nvc may attach mounts onto this one's folders: a tmpfs it made (as the
+    /// `/proc/driver/nvidia` mask, which takes the GPU folders), never a bind mount or a
+    /// file.
+    pub fn takes_mounts(&self) -> bool {
+        self.takes_mounts
     }
 
     /// The mount's root, to populate it or look inside it.

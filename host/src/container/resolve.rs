@@ -132,9 +132,22 @@ impl ContainerRoot {
         Ok((FileKind::of(&st), st.st_dev, st.st_ino))
     }
 
-    /// Whether `path` resolves to a directory inside the root.
+    /// Whether `path` resolves to a directory inside the root; one that does is kept, as
+    /// [`ContainerRoot::mkdir_all`] keeps the folders it resolves.
     pub fn is_dir(&self, path: &Path) -> bool {
-        self.kind(path) == Some(FileKind::Directory)
+        if !path.is_absolute() {
+            return false;
+        }
+        if self.known_folder(path).is_some() {
+            return true;
+        }
+        match self.lookup_dir(path) {
+            Ok(fd) => {
+                self.keep_folder(path, fd);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     /// Whether `path` resolves to a regular file inside the root.
@@ -155,6 +168,23 @@ impl ContainerRoot {
             Resolver::Openat2 => walk::openat2_in_root(self.fd.as_fd(), path, follow_final, false),
             Resolver::FdWalk => {
                 walk::fd_walk_in_root(self.fd.as_fd(), path, follow_final, Some(self.mount))
+            }
+        }
+    }
+
+    /// [`ContainerRoot::lookup`] of a folder, links followed: `ENOTDIR` when `path` is
+    /// something else. With openat2 the kernel checks it (`O_DIRECTORY`); the walk asks
+    /// `fstat`.
+    pub(super) fn lookup_dir(&self, path: &Path) -> Result<OwnedFd, Errno> {
+        match self.resolver {
+            Resolver::Openat2 => walk::openat2_dir_in_root(self.fd.as_fd(), path),
+            Resolver::FdWalk => {
+                let fd = walk::fd_walk_in_root(self.fd.as_fd(), path, true, Some(self.mount))?;
+                let st = rustix::fs::fstat(&fd)?;
+                if FileKind::of(&st) != FileKind::Directory {
+                    return Err(Errno::NOTDIR);
+                }
+                Ok(fd)
             }
         }
     }
@@ -184,11 +214,18 @@ impl ContainerRoot {
             });
         };
         let dir = self.folder(parent, || {
-            let dir = self
-                .lookup(parent, true)
-                .map_err(|e| self.err(op, parent, e))?;
-            self.expect_kind(op, parent, &dir, FileKind::Directory)?;
-            Ok(dir)
+            match self.lookup_dir(parent) {
+                Ok(dir) => Ok(dir),
+                // Something else: named by what it is.
+                Err(Errno::NOTDIR) => {
+                    let found = self
+                        .lookup(parent, true)
+                        .map_err(|e| self.err(op, parent, e))?;
+                    self.expect_kind(op, parent, &found, FileKind::Directory)?;
+                    Err(self.raced(op, parent))
+                }
+                Err(e) => Err(self.err(op, parent, e)),
+            }
         })?;
         Ok((dir, name.to_os_string()))
     }
@@ -200,14 +237,29 @@ impl ContainerRoot {
         dir: &Path,
         resolve: impl FnOnce() -> Result<OwnedFd, FsError>,
     ) -> Result<Arc<OwnedFd>, FsError> {
-        let lock = || self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
-        let known = lock().get(dir).cloned();
-        if let Some(fd) = known {
+        if let Some(fd) = self.known_folder(dir) {
             return Ok(fd);
         }
-        let fd = Arc::new(resolve()?);
-        lock().insert(dir.to_path_buf(), Arc::clone(&fd));
-        Ok(fd)
+        Ok(self.keep_folder(dir, resolve()?))
+    }
+
+    /// The folder `dir` as resolved earlier by this root, if it was.
+    pub(super) fn known_folder(&self, dir: &Path) -> Option<Arc<OwnedFd>> {
+        self.dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(dir)
+            .cloned()
+    }
+
+    /// Keeps `fd` as the folder `dir` for the rest of this root's work.
+    pub(super) fn keep_folder(&self, dir: &Path, fd: OwnedFd) -> Arc<OwnedFd> {
+        let fd = Arc::new(fd);
+        self.dirs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(dir.to_path_buf(), Arc::clone(&fd));
+        fd
     }
     pub(super) fn check_absolute(&self, op: &'static str, path: &Path) -> Result<(), FsError> {
         if path.is_absolute() {

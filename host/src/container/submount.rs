@@ -119,8 +119,13 @@ impl ContainerRoot {
             return Err(self.other_mount(OP, path));
         }
         // The mount attached is private (DetachedMount makes it so): a submount on it, such
-        // as the GPU folders on the /proc/driver/nvidia mask, needs no second reading.
-        let attached = walk::mount_id(mount.dir_fd()).ok();
+        // as the GPU folders on the /proc/driver/nvidia mask, needs no second reading. Only
+        // a tmpfs of nvc's takes one; a bind mount's id is not asked for.
+        let attached = if mount.takes_mounts() {
+            walk::mount_id(mount.dir_fd()).ok()
+        } else {
+            None
+        };
         let mut propagation = self
             .propagation
             .lock()

@@ -595,6 +595,52 @@ fn mkdir_all_makes_missing_directories_inside_the_root() {
 }
 
 #[test]
+fn mkdir_all_resolves_each_folder_once_and_acts_on_what_it_resolved() {
+    let sandbox = Sandbox::new();
+    for resolver in RESOLVERS {
+        let rootfs = sandbox.rootfs();
+        let root = ContainerRoot::open_with(&rootfs, resolver).unwrap();
+        // A folder asked for again is the one resolved (or made) the first time.
+        let made = root.mkdir_all(Path::new("/n/m"), 0o755).unwrap();
+        let again = root.mkdir_all(Path::new("/n/m"), 0o755).unwrap();
+        assert!(Arc::ptr_eq(&made, &again), "{resolver:?}");
+        assert!(root.is_dir(Path::new("/n")));
+        // The image's tree changes under it (the folder moved, a link to the host's
+        // sentinel tree in its place): what is made below goes into the folder resolved
+        // before, inside the root, never through the new link.
+        std::fs::rename(rootfs.join("n"), rootfs.join("moved")).unwrap();
+        host_symlink(&sandbox.outside, rootfs.join("n")).unwrap();
+        let fd = root.mkdir_all(Path::new("/n/new"), 0o755).unwrap();
+        assert_eq!(host_path_of(&fd), rootfs.join("moved/new"), "{resolver:?}");
+        assert!(!sandbox.outside.join("new").exists());
+        // Many levels made at once, under a link of the image, each made in the one above.
+        host_symlink("usr/lib", rootfs.join("lib32")).unwrap();
+        let fd = root
+            .mkdir_all(Path::new("/lib32/firmware/nvidia/999.88.77"), 0o755)
+            .unwrap();
+        assert_eq!(
+            host_path_of(&fd),
+            rootfs.join("usr/lib/firmware/nvidia/999.88.77")
+        );
+        let noted: Vec<PathBuf> = root.made().iter().map(|m| m.path().to_path_buf()).collect();
+        assert_eq!(
+            noted,
+            [
+                "/n",
+                "/n/m",
+                "/n/new",
+                "/lib32/firmware",
+                "/lib32/firmware/nvidia",
+                "/lib32/firmware/nvidia/999.88.77"
+            ]
+            .map(PathBuf::from)
+            .to_vec(),
+            "{resolver:?}: each folder made is noted once"
+        );
+    }
+}
+
+#[test]
 fn mkdir_all_under_a_flipping_link_says_why_or_that_it_kept_changing() {
     let sandbox = Sandbox::new();
     for resolver in RESOLVERS {
@@ -1126,6 +1172,8 @@ fn bind_mounts_are_read_only_nosuid_nodev_before_they_are_attached() {
                 ro_nosuid_nodev(),
             )
             .unwrap();
+            // nvc mounts nothing onto a bind mount.
+            assert!(!lib.takes_mounts());
             // Already read-only while detached.
             let err = rustix::fs::openat(lib.dir_fd(), "", OFlags::WRONLY, Mode::empty());
             assert!(err.is_err());
@@ -1234,6 +1282,8 @@ fn tmpfs_is_populated_then_made_read_only_then_attached() {
             let rootfs = sandbox.rootfs();
             let root = ContainerRoot::open_with(&rootfs, resolver).unwrap();
             let mask = DetachedMount::tmpfs(64 * 1024, 0o555).unwrap();
+            // nvc's own tmpfs may take mounts (the GPU folders on the mask).
+            assert!(mask.takes_mounts());
             write_at(
                 mask.dir_fd(),
                 "version",
@@ -1812,10 +1862,8 @@ fn operations() -> Vec<Operation> {
             "mkdir vdpau",
             "/usr/lib/x86_64-linux-gnu/vdpau",
             |root, _| {
-                Ok(Some(root.mkdir_all(
-                    Path::new("/usr/lib/x86_64-linux-gnu/vdpau"),
-                    0o755,
-                )?))
+                let dir = root.mkdir_all(Path::new("/usr/lib/x86_64-linux-gnu/vdpau"), 0o755)?;
+                Ok(dir.try_clone().ok())
             },
         ),
         ("read ld.so.conf", "/etc/ld.so.conf", |root, _| {
@@ -2151,7 +2199,7 @@ fn racing_directory_and_symlink_swaps_change_nothing_outside() {
                 succeeded += usize::from(check(
                     "mkdir_all",
                     root.mkdir_all(Path::new("/usr/lib/x86_64-linux-gnu/vdpau"), 0o755)
-                        .map(Some),
+                        .map(|dir| dir.try_clone().ok()),
                 ));
                 attempted += 1;
                 succeeded += usize::from(check(

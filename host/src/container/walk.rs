@@ -30,11 +30,30 @@ pub(super) fn openat2_in_root(
     if !follow_final {
         flags |= OFlags::NOFOLLOW;
     }
-    let relative = relative(path);
     let mut how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
     if !cross_mounts {
         how |= ResolveFlags::NO_XDEV;
     }
+    openat2_retried(root, path, flags, how)
+}
+
+/// [`openat2_in_root`] of a folder on the root's mount, links followed: the kernel fails
+/// with `ENOTDIR` where `path` is something else (`O_DIRECTORY`).
+pub(super) fn openat2_dir_in_root(root: BorrowedFd<'_>, path: &Path) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let how = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_XDEV;
+    openat2_retried(root, path, flags, how)
+}
+
+/// `openat2` of `path` (its leading slashes taken off) under `root`, again after a
+/// concurrent rename or mount (`EAGAIN`) or a signal.
+fn openat2_retried(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    flags: OFlags,
+    how: ResolveFlags,
+) -> Result<OwnedFd, Errno> {
+    let relative = relative(path);
     let mut tries = 0;
     loop {
         match rustix::fs::openat2(root, relative, flags, Mode::empty(), how) {
