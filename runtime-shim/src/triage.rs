@@ -21,11 +21,14 @@ const NVIDIA_PREFIX: &str = "NVIDIA_";
 /// rootfs whose `/dev` is a link as the plan does for every container.
 pub fn read_view(bundle: &Path) -> Result<SpecView, PlanError> {
     let spec_path = bundle.join("config.json");
-    let spec = spec::read_spec(&RealHost, &spec_path).map_err(PlanError::SpecFile)?;
-    let view = spec::view(&spec, bundle).map_err(|source| PlanError::BadSpec {
-        path: spec_path,
-        source,
-    })?;
+    // Typed, the fields the view does not use skipped: the spec is neither edited nor
+    // written here.
+    let view = spec::read_view(&RealHost, &spec_path, bundle)
+        .map_err(PlanError::SpecFile)?
+        .map_err(|source| PlanError::BadSpec {
+            path: spec_path,
+            source,
+        })?;
     rootfs::refuse_linked_dev(&RealHost, &view.rootfs)?;
     Ok(view)
 }

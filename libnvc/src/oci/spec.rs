@@ -666,6 +666,28 @@ pub fn read_rootfs(
     }
 }
 
+/// The [`view`] of the spec at `path` of the bundle at `bundle`, read through `probe`:
+/// typed, every field the view does not use skipped unparsed, where the spec is as a
+/// runtime writes it; else (a field of another type, say) parsed as [`read_spec`] does,
+/// for the same result or the same errors: `Err` where [`read_spec`] fails (the file),
+/// `Ok(Err)` where [`view`] does (what the spec says). For a caller that needs nothing
+/// else of the spec (the runtime deciding that a container asks for no GPU).
+pub fn read_view(
+    probe: &dyn HostProbe,
+    path: &Path,
+    bundle: &Path,
+) -> Result<Result<SpecView, SpecError>, SpecError> {
+    let (bytes, more) = probe
+        .read(path, MAX_SPEC_SIZE as usize)
+        .map_err(io_error("read", path))?;
+    if !more && bytes.len() as u64 <= MAX_SPEC_SIZE {
+        if let Some(view) = typed::view(&bytes, bundle) {
+            return Ok(Ok(view));
+        }
+    }
+    Ok(view(&parse_spec(&bytes, more, path)?, bundle))
+}
+
 /// Parses the spec read from `path`: `bytes`, cut at [`MAX_SPEC_SIZE`], and whether the
 /// file had `more`.
 pub fn parse_spec(bytes: &[u8], more: bool, path: &Path) -> Result<Value, SpecError> {
@@ -699,6 +721,8 @@ fn parse_as<T: serde::de::DeserializeOwned>(
 pub fn to_bytes(spec: &Value) -> Result<Vec<u8>, SpecError> {
     serde_json::to_vec(spec).map_err(SpecError::Serialize)
 }
+
+mod typed;
 
 #[cfg(test)]
 mod tests {
@@ -843,6 +867,80 @@ mod tests {
         for (spec, want) in cases {
             let got = view(&spec, Path::new("/b")).unwrap_err().to_string();
             assert_eq!(got, want, "{spec}");
+        }
+    }
+
+    /// What [`read_view`] gives for the spec `text`, beside [`view`] of it as a `Value`.
+    fn both_views(text: &str) -> (Result<SpecView, String>, Result<SpecView, String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        fs::write(&path, text).unwrap();
+        let read = match read_view(&TreeProbe::new(), &path, Path::new("/b")) {
+            Ok(view) => view.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("file: {e}")),
+        };
+        let value = match parse_spec(text.as_bytes(), false, &path) {
+            Ok(spec) => view(&spec, Path::new("/b")).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("file: {e}")),
+        };
+        (read, value)
+    }
+
+    #[test]
+    fn read_view_gives_what_view_gives_and_reads_typical_specs_typed() {
+        // As runc spec and the engines write them: typed, and the same view.
+        let typical = r#"{"ociVersion":"1.0.2","process":{"terminal":false,"user":{"uid":0,"gid":0},
+            "args":["sh"],"env":["PATH=/bin","NVIDIA_VISIBLE_DEVICES=all","CUDA_VERSION=12.4"],
+            "cwd":"/","capabilities":{"bounding":["CAP_CHOWN","CAP_SYS_ADMIN"],"effective":[]},
+            "rlimits":[{"type":"RLIMIT_NOFILE","hard":1024,"soft":1024}],"noNewPrivileges":true},
+            "root":{"path":"rootfs","readonly":true},"hostname":"x",
+            "mounts":[{"destination":"/proc","type":"proc","source":"proc"},
+              {"destination":"/dev","type":"tmpfs","source":"tmpfs","options":["nosuid","mode=755"]},
+              {"destination":"/run","type":"tmpfs","source":"tmpfs","options":["rbind"]},
+              {"destination":"/var/run/nvidia-container-devices/GPU-1","type":"bind","source":"/dev/null"}],
+            "annotations":{"io.kubernetes.cri.container-type":"container","cdi.k8s.io/x":"nvidia.com/gpu=0"},
+            "linux":{"devices":[{"path":"/dev/fuse","type":"c","major":10,"minor":229,"fileMode":438},
+              {"path":"/dev/fifo","type":"p"}],"namespaces":[{"type":"mount"}],
+              "resources":{"devices":[{"allow":false,"access":"rwm"}]}}}"#;
+        let minimal = r#"{"root":{"path":"/abs/rootfs"}}"#;
+        let nulls = r#"{"root":{"path":"r","readonly":null},"process":null,"linux":{"devices":null},
+            "annotations":null,"mounts":null}"#;
+        for text in [typical, minimal, nulls] {
+            let parsed: Value = serde_json::from_str(text).unwrap();
+            let typed = typed::view(text.as_bytes(), Path::new("/b"));
+            assert_eq!(
+                typed.as_ref(),
+                view(&parsed, Path::new("/b")).ok().as_ref(),
+                "{text}"
+            );
+            assert!(typed.is_some(), "read typed: {text}");
+            let (read, value) = both_views(text);
+            assert_eq!(read, value);
+        }
+        // What the typed read does not take as is gives the same view or the same error.
+        for text in [
+            "",
+            "[]",
+            "{",
+            "{}",
+            r#"{"root":["rootfs",true]}"#,
+            r#"{"root":{"path":""}}"#,
+            r#"{"root":{"path":"a"},"root":{"path":"b"}}"#,
+            r#"{"root":{"path":"r"},"process":["x"]}"#,
+            r#"{"root":{"path":"r"},"process":{"env":["A=1",2]}}"#,
+            r#"{"root":{"path":"r"},"process":{"capabilities":[["CAP_SYS_ADMIN"]]}}"#,
+            r#"{"root":{"path":"r"},"linux":{"devices":[["/dev/x",1,2]]}}"#,
+            r#"{"root":{"path":"r"},"linux":{"devices":[{"path":"/dev/x","major":1.0,"minor":2}]}}"#,
+            r#"{"root":{"path":"r"},"linux":{"devices":[{"major":-1,"minor":2}]}}"#,
+            r#"{"root":{"path":"r"},"linux":{"devices":[{"path":"/dev/x","major":4294967296,"minor":2}]}}"#,
+            r#"{"root":{"path":"r"},"mounts":["/x",{"destination":7},{"destination":"/t","type":"tmpfs","options":[1,"bind"]}]}"#,
+            r#"{"root":{"path":"r"},"mounts":[{"destination":"/var/run/nvidia-container-devices/0"}]}"#,
+            r#"{"root":{"path":"r"},"annotations":{"a":1}}"#,
+            r#"{"root":{"path":"r"},"annotations":["a"]}"#,
+            r#"{"root":{"path":"r"},"annotations":{"a":"1","a":"2"}}"#,
+        ] {
+            let (read, value) = both_views(text);
+            assert_eq!(read, value, "{text}");
         }
     }
 
