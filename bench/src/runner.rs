@@ -145,6 +145,9 @@ pub enum Case {
     Shim {
         /// The shim's configuration; `None` runs the no-op directly.
         config: Option<PathBuf>,
+        /// `nvc-floor` as the runtime instead, with this plan and the no-op as its runc
+        /// (the floor of the shim's own work).
+        floor_plan: Option<PathBuf>,
         /// The bundle.
         bundle: PathBuf,
         /// Its config.json before the shim edited it.
@@ -281,6 +284,21 @@ impl Bench {
     /// A [`Case::Shim`]: makes its bundle (with an empty rootfs: the shim never looks in
     /// it) asking for `env`.
     pub fn shim_case(&self, config: Option<&Path>, env: &[&str]) -> Result<Case, BenchError> {
+        self.runtime_case(config, None, env)
+    }
+
+    /// A [`Case::Shim`] of `nvc-floor` as the runtime, with `plan` and the no-op as its
+    /// runc.
+    pub fn floor_shim_case(&self, plan: &Path, env: &[&str]) -> Result<Case, BenchError> {
+        self.runtime_case(None, Some(plan), env)
+    }
+
+    fn runtime_case(
+        &self,
+        config: Option<&Path>,
+        floor_plan: Option<&Path>,
+        env: &[&str],
+    ) -> Result<Case, BenchError> {
         let (dir, rootfs) = self.fresh_run("shim")?;
         std::fs::create_dir(&rootfs).map_err(BenchError::io("create directory", &rootfs))?;
         let bundle = Bundle::new(&dir, &rootfs)?
@@ -291,6 +309,7 @@ impl Bench {
         let pristine = std::fs::read(&path).map_err(BenchError::io("read", &path))?;
         Ok(Case::Shim {
             config: config.map(Path::to_path_buf),
+            floor_plan: floor_plan.map(Path::to_path_buf),
             bundle: dir,
             pristine,
         })
@@ -343,9 +362,10 @@ impl Bench {
             } => self.started(runtime, rootfs, env),
             Case::Shim {
                 config,
+                floor_plan,
                 bundle,
                 pristine,
-            } => self.shim(config.as_deref(), bundle, pristine),
+            } => self.shim(config.as_deref(), floor_plan.as_deref(), bundle, pristine),
             Case::Hook {
                 program,
                 floor_plan,
@@ -461,14 +481,16 @@ impl Bench {
     fn shim(
         &self,
         config: Option<&Path>,
+        floor_plan: Option<&Path>,
         bundle: &Path,
         pristine: &[u8],
     ) -> Result<Measured, BenchError> {
         let spec = bundle.join("config.json");
         std::fs::write(&spec, pristine).map_err(BenchError::io("write", &spec))?;
-        let program = match config {
-            Some(_) => &self.programs.shim,
-            None => &self.programs.noop,
+        let program = match (config, floor_plan) {
+            (Some(_), _) => &self.programs.shim,
+            (None, Some(_)) => &self.programs.floor,
+            (None, None) => &self.programs.noop,
         };
         let mut command = measure::command(program, &report_path(bundle));
         command
@@ -480,6 +502,11 @@ impl Bench {
             .env_remove(nvc_config::CONFIG_ENV);
         if let Some(config) = config {
             command.env(nvc_config::CONFIG_ENV, config);
+        }
+        if let Some(plan) = floor_plan {
+            command
+                .env(crate::floor_plan::PLAN_ENV, plan)
+                .env(crate::floor_plan::RUNC_ENV, &self.programs.noop);
         }
         self.timed(&mut command, bundle, None)
     }

@@ -124,6 +124,7 @@ impl Suite<'_> {
                     rootfs: self.image.clone(),
                     env: strings(UTILITY_COMPUTE),
                 },
+                self.bench.floor_shim_case(&self.floor_plan, NO_GPU)?,
             ],
         )?;
         let mut table = Table::new(
@@ -133,8 +134,10 @@ impl Suite<'_> {
              `/bin/true` run directly: the floor). The hook: `nvc-hook prestart` with the \
              OCI state on stdin, for a bundle the shim edited, in the mount namespace of a \
              helper process. `nvc-floor prestart`: only the same mounts, links and \
-             ld.so.cache (the floor of the hook). CPU: user + system time, median. Peak \
-             RSS: the largest `ru_maxrss` of the runs.",
+             ld.so.cache (the floor of the hook). `nvc-floor create`: the floor program as \
+             the runtime, reading the spec and exec'ing `/bin/true` (the floor of the \
+             shim). CPU: user + system time, median. Peak RSS: the largest `ru_maxrss` of \
+             the runs.",
             &[
                 "part",
                 "median ms",
@@ -152,6 +155,7 @@ impl Suite<'_> {
             "nvc-hook prestart, all GPUs, utility,compute",
             "nvc-hook prestart, all GPUs, all capabilities",
             "nvc-floor prestart (the floor of the hook), all GPUs, utility,compute",
+            "nvc-floor create (the floor of the shim), no GPU asked for",
         ];
         for (name, samples) in names.iter().zip(&found.parts) {
             let mut cells = summary_cells(name, samples);
