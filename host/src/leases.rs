@@ -4,14 +4,19 @@
 //! uses. `libnvc::lease` decides; this module does the files.
 //!
 //! The lease folder (`[leases] dir`, `/run/nvc/leases`: a tmpfs, so a reboot ends every
-//! lease) holds one file per container that holds GPUs (`<container id>.lease`, written
-//! whole with [`crate::files::write_atomic`], listing its GPUs), and `.lock`, which
-//! [`take`] holds (`flock`) around the whole check-and-take, so that of concurrent starts
-//! asking for one GPU exactly one wins. A start lists the folder once and writes one
-//! file, however many GPUs it asks for. A lease ends with its container: the poststop
-//! hook removes its file ([`end`]), and where no poststop hook runs (a killed runtime,
-//! Docker's `--gpus`), a holder is live only while a process with its pid and start time
-//! runs, and its file is removed as stale at the next start. Nothing the container
+//! lease) holds one file per container that holds GPUs (`<container id>.lease` for an
+//! exclusive holder, `<container id>.shared-lease` for a shared one, written whole with
+//! [`crate::files::write_atomic`], listing its GPUs), and `.lock`, which [`take`] holds
+//! (`flock`) around the whole check-and-take, so that of concurrent starts asking for one
+//! GPU exactly one wins. A start lists the folder once and writes one file, however many
+//! GPUs it asks for; a shared start reads only the exclusive holders' files, the only
+//! ones that can refuse it, so the lock is held about as long whatever the number of
+//! containers sharing GPUs. A lease ends with its container: the poststop hook removes
+//! its file ([`end`]), and where no poststop hook runs (a killed runtime, Docker's
+//! `--gpus`, Kubernetes' containers), a holder is live only while a process with its pid
+//! and start time runs, and its file is removed as stale by a later start: an exclusive
+//! start reads and sweeps every file, a shared one [`SWEPT`] shared files picked at
+//! random, so that stale files stay about as many as live ones. Nothing the container
 //! controls is read: the files are root's, and still opened without following links; a
 //! lease file that is garbage, and the per-GPU files of format version 1, are logged and
 //! removed. The hook's deadline bounds the wait for the lock.
@@ -28,6 +33,11 @@ use libnvc::lease::{self, Conflict, Entry, GpuRef, Holder, LeaseFile, Liveness};
 use libnvc::request::{Request, VISIBLE_DEVICES};
 
 use crate::files::{self, FileError, WriteOptions};
+
+/// How many other shared holders' files a shared start reads to remove those whose
+/// holder ended: two, so that with one new file per start the stale ones stay about as
+/// many as the live ones.
+pub const SWEPT: usize = 2;
 
 /// Why GPU leases could not be checked or taken.
 #[derive(Debug, thiserror::Error)]
@@ -180,7 +190,8 @@ fn take_for(dir: &Path, me: Holder, gpus: &[GpuRef]) -> Result<Option<Taken>, Le
     };
     let others = live_holders(dir, &me)?;
     let file = lease::claim(&me, gpus, &others)?;
-    write_lease(&dir.join(lease::file_name(&me.container)), &file)?;
+    let own = lease::file_name(&me.container, me.exclusive.is_some());
+    write_lease(&dir.join(own), &file)?;
     log::debug!(
         "container {} holds GPUs {} ({})",
         me.container,
@@ -193,9 +204,12 @@ fn take_for(dir: &Path, me: Holder, gpus: &[GpuRef]) -> Result<Option<Taken>, Le
     }))
 }
 
-/// The lease files of the holders in `dir` that still run, other than `me`; in the same
-/// one listing of the folder, removes what killed writers left, the files of holders
-/// that ended, earlier records of `me`, garbage, and version 1's per-GPU files. Called
+/// The lease files of the holders in `dir` that still run, other than `me`, that can
+/// refuse `me`: every holder's for an exclusive `me`, the exclusive holders' (and an
+/// earlier nvc's) for a shared one. In the same one listing of the folder, removes what
+/// killed writers left, the files it reads of holders that ended, earlier records of
+/// `me`, garbage, and version 1's per-GPU files; a shared `me` also reads [`SWEPT`] other
+/// shared holders' files, picked at random, and removes those whose holder ended. Called
 /// with the lock held.
 fn live_holders(dir: &Path, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
     let list_error = |source| LeaseError::Io {
@@ -203,8 +217,9 @@ fn live_holders(dir: &Path, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
         path: dir.to_path_buf(),
         source,
     };
-    let own = lease::file_name(&me.container);
+    let own = lease::file_name(&me.container, me.exclusive.is_some());
     let mut live = Vec::new();
+    let mut unread = Vec::new();
     for entry in fs::read_dir(dir).map_err(list_error)? {
         let entry = entry.map_err(list_error)?;
         let name = entry.file_name();
@@ -227,7 +242,7 @@ fn live_holders(dir: &Path, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
             }
             // Replaced by this start's file, whatever it holds; only a folder would stop
             // the rename over it.
-            Entry::Lease(_) if name == own => {
+            Entry::Lease(_) | Entry::Shared(_) if name == own => {
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {
                     log::warn!("replacing {}: a folder, not a lease file", path.display());
                     fs::remove_dir(&path).map_err(|source| LeaseError::Io {
@@ -237,37 +252,71 @@ fn live_holders(dir: &Path, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
                     })?;
                 }
             }
-            Entry::Lease(id) => match read_lease(&path, id) {
-                Found::Missing => {}
-                Found::Garbage(reason) => {
-                    log::warn!("removing {}: {reason}", path.display());
-                    remove_garbage(&path)?;
+            // A shared holder cannot refuse a shared request: not read, but maybe swept.
+            Entry::Shared(id) if me.exclusive.is_none() && id != me.container => {
+                unread.push((path, id.to_string()));
+            }
+            Entry::Lease(id) | Entry::Shared(id) => {
+                if let Some(file) = read_live(&path, id, me)? {
+                    live.push(file);
                 }
-                Found::Lease(file) if lease::supersedes(me, &file.holder) => {
-                    log::debug!(
-                        "removing {}: an earlier record of this container's process",
-                        path.display()
-                    );
-                    files::remove(&path)?;
-                }
-                Found::Lease(file) => {
-                    let liveness =
-                        lease::liveness(&file.holder, crate::process::stat(file.holder.pid));
-                    if liveness.is_live() {
-                        live.push(file);
-                    } else {
-                        log::info!(
-                            "removing the GPU lease of container {}: {}",
-                            file.holder.container,
-                            liveness.name()
-                        );
-                        files::remove(&path)?;
-                    }
-                }
-            },
+            }
         }
     }
+    for (path, id) in pick(unread, SWEPT) {
+        read_live(&path, &id, me)?;
+    }
     Ok(live)
+}
+
+/// The lease file at `path` of container `id` when its holder still runs and is not
+/// `me`; otherwise the file is removed (garbage, an earlier record of `me`, a holder that
+/// ended). Called with the lock held.
+fn read_live(path: &Path, id: &str, me: &Holder) -> Result<Option<LeaseFile>, LeaseError> {
+    match read_lease(path, id) {
+        Found::Missing => {}
+        Found::Garbage(reason) => {
+            log::warn!("removing {}: {reason}", path.display());
+            remove_garbage(path)?;
+        }
+        Found::Lease(file) if lease::supersedes(me, &file.holder) => {
+            log::debug!(
+                "removing {}: an earlier record of this container's process",
+                path.display()
+            );
+            files::remove(path)?;
+        }
+        Found::Lease(file) => {
+            let liveness = lease::liveness(&file.holder, crate::process::stat(file.holder.pid));
+            if liveness.is_live() {
+                return Ok(Some(file));
+            }
+            log::info!(
+                "removing the GPU lease of container {}: {}",
+                file.holder.container,
+                liveness.name()
+            );
+            files::remove(path)?;
+        }
+    }
+    Ok(None)
+}
+
+/// At most `n` of `items`, picked at random.
+fn pick<T>(mut items: Vec<T>, n: usize) -> Vec<T> {
+    use std::hash::{BuildHasher, Hasher};
+    let mut picked = Vec::new();
+    for _ in 0..n {
+        if items.is_empty() {
+            break;
+        }
+        // RandomState is seeded from the OS for each process.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_usize(picked.len());
+        let i = usize::try_from(h.finish() % items.len() as u64).unwrap_or(0);
+        picked.push(items.swap_remove(i));
+    }
+    picked
 }
 
 impl Taken {
@@ -276,7 +325,8 @@ impl Taken {
     pub fn release(self) {
         let result = (|| -> Result<(), LeaseError> {
             let _lock = lock(&self.dir).or_else(|e| lock_error(&self.dir, e))?;
-            let path = self.dir.join(lease::file_name(&self.me.container));
+            let own = lease::file_name(&self.me.container, self.me.exclusive.is_some());
+            let path = self.dir.join(own);
             if let Found::Lease(file) = read_lease(&path, &self.me.container) {
                 if lease::is_own(&file, &self.me) {
                     files::remove(&path)?;
@@ -295,25 +345,32 @@ impl Taken {
 }
 
 /// Ends the leases of container `container`, which has ended (the poststop hook): removes
-/// its lease file. Kept when its holder still runs: another container with the same id
-/// (under another runtime's state folder) took GPUs since. Returns whether a file was
-/// removed; none there (a container without GPUs, a rootless runtime) is nothing to do.
+/// its lease file (shared or exclusive). Kept when its holder still runs: another
+/// container with the same id (under another runtime's state folder) took GPUs since.
+/// Returns whether a file was removed; none there (a container without GPUs, a rootless
+/// runtime) is nothing to do.
 pub fn end(dir: &Path, container: &str) -> Result<bool, LeaseError> {
     if !lease::valid_container_id(container) {
         return Ok(false);
     }
-    let path = dir.join(lease::file_name(container));
     // Without the lock first: most containers that end hold no GPU.
-    match fs::symlink_metadata(&path) {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-        Err(source) => {
-            return Err(LeaseError::Io {
-                op: "look at",
-                path,
-                source,
-            })
+    let mut there = Vec::new();
+    for exclusive in [false, true] {
+        let path = dir.join(lease::file_name(container, exclusive));
+        match fs::symlink_metadata(&path) {
+            Ok(_) => there.push(path),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(LeaseError::Io {
+                    op: "look at",
+                    path,
+                    source,
+                })
+            }
         }
+    }
+    if there.is_empty() {
+        return Ok(false);
     }
     let _lock = match lock(dir) {
         Ok(lock) => lock,
@@ -326,23 +383,27 @@ pub fn end(dir: &Path, container: &str) -> Result<bool, LeaseError> {
         }
         Err(source) => return lock_error(dir, source),
     };
-    match read_lease(&path, container) {
-        Found::Missing => Ok(false),
-        Found::Garbage(reason) => {
-            log::warn!("removing {}: {reason}", path.display());
-            remove_garbage(&path)?;
-            Ok(true)
-        }
-        Found::Lease(file) if is_live(&file.holder) => {
-            log::info!(
-                "GPU lease of container {container} kept: its holder (pid {}) still runs, a \
-                 container with the same id started since",
-                file.holder.pid
-            );
-            Ok(false)
-        }
-        Found::Lease(_) => Ok(files::remove(&path)?),
+    let mut removed = false;
+    for path in there {
+        removed |= match read_lease(&path, container) {
+            Found::Missing => false,
+            Found::Garbage(reason) => {
+                log::warn!("removing {}: {reason}", path.display());
+                remove_garbage(&path)?;
+                true
+            }
+            Found::Lease(file) if is_live(&file.holder) => {
+                log::info!(
+                    "GPU lease of container {container} kept: its holder (pid {}) still runs, \
+                     a container with the same id started since",
+                    file.holder.pid
+                );
+                false
+            }
+            Found::Lease(_) => files::remove(&path)?,
+        };
     }
+    Ok(removed)
 }
 
 /// One line of `nvc list --leases`.
@@ -396,7 +457,7 @@ pub fn list(dir: &Path) -> Result<Vec<Listed>, LeaseError> {
                 path,
                 reason: "a lease file of an earlier nvc, one file per GPU".into(),
             }),
-            Entry::Lease(id) => match read_lease(&path, id) {
+            Entry::Lease(id) | Entry::Shared(id) => match read_lease(&path, id) {
                 Found::Missing => {}
                 Found::Garbage(reason) => garbage.push(Listed::Garbage { path, reason }),
                 Found::Lease(file) => {

@@ -1,13 +1,17 @@
 //! GPU leases, the pure part: which running container holds which GPU, shared or
 //! exclusively, and whether a new container may take it.
 //!
-//! Each container that holds GPUs has one lease file, named after its id
-//! ([`file_name`]: `<container id>.lease`), holding JSON ([`LeaseFile`]): the holder (the
+//! Each container that holds GPUs has one lease file, named after its id and whether it
+//! holds them exclusively ([`file_name`]: `<container id>.lease` exclusively,
+//! `<container id>.shared-lease` shared), holding JSON ([`LeaseFile`]): the holder (the
 //! container id, the host pid of its init process and that process's start time, field 22
 //! of `/proc/<pid>/stat`, when it took its GPUs, and whether exclusively) and the GPUs it
 //! holds. A holder whose process is gone, a zombie, or another process with the same pid
 //! (another start time) is stale ([`liveness`]) and blocks nothing. nvc-host's `leases`
-//! module does the file work under a lock; [`claim`] decides.
+//! module does the file work under a lock; [`claim`] decides. A shared holder blocks only
+//! an exclusive request, so a shared request reads only the exclusive holders' files (and
+//! those of an earlier nvc, which wrote every holder's as `.lease`), by their names; an
+//! exclusive one reads them all.
 
 use std::collections::HashSet;
 
@@ -24,9 +28,12 @@ pub const MAX_LEASE_BYTES: u64 = 64 * 1024;
 pub const MAX_GPUS: usize = 256;
 /// The lock file in the lease folder, taken around every check-and-take.
 pub const LOCK_FILE: &str = ".lock";
-/// The end of every lease file's name: `<container id>.lease`. No other file in the
-/// folder ends so (the lock file, temporary files, earlier versions' files).
+/// The end of the name of an exclusive holder's lease file (and of every holder's that
+/// an earlier nvc wrote): `<container id>.lease`. No other file in the folder ends so
+/// (the lock file, temporary files, shared holders' files, version 1's files).
 pub const LEASE_SUFFIX: &str = ".lease";
+/// The end of the name of a shared holder's lease file: `<container id>.shared-lease`.
+pub const SHARED_SUFFIX: &str = ".shared-lease";
 /// The longest container id recorded.
 pub const MAX_CONTAINER_ID: usize = 1024;
 
@@ -135,11 +142,17 @@ pub fn render(file: &LeaseFile) -> Vec<u8> {
     bytes
 }
 
-/// The name of container `container`'s lease file: `<container>.lease`. The suffix keeps
+/// The name of container `container`'s lease file: `<container>.lease` when it holds its
+/// GPUs `exclusive`ly, `<container>.shared-lease` when it shares them. The suffixes keep
 /// it apart from the lock file, temporary files (`….nvc-tmp`) and version 1's files,
 /// whatever the (valid) id.
-pub fn file_name(container: &str) -> String {
-    format!("{container}{LEASE_SUFFIX}")
+pub fn file_name(container: &str, exclusive: bool) -> String {
+    let suffix = if exclusive {
+        LEASE_SUFFIX
+    } else {
+        SHARED_SUFFIX
+    };
+    format!("{container}{suffix}")
 }
 
 /// What a name in the lease folder is.
@@ -147,8 +160,12 @@ pub fn file_name(container: &str) -> String {
 pub enum Entry<'a> {
     /// [`LOCK_FILE`].
     Lock,
-    /// The lease file of the container with this id.
+    /// The lease file of the container with this id, holding its GPUs exclusively (or
+    /// written by an earlier nvc, shared or not): read by every request.
     Lease(&'a str),
+    /// The lease file of the container with this id, sharing its GPUs: read by exclusive
+    /// requests alone.
+    Shared(&'a str),
     /// A lease file of format version 1 (one file per GPU, named after its UUID), which
     /// an earlier nvc wrote: it is removed.
     Earlier,
@@ -160,6 +177,12 @@ pub enum Entry<'a> {
 pub fn entry(name: &str) -> Entry<'_> {
     if name == LOCK_FILE {
         return Entry::Lock;
+    }
+    if let Some(id) = name.strip_suffix(SHARED_SUFFIX) {
+        if valid_container_id(id) {
+            return Entry::Shared(id);
+        }
+        return Entry::Other;
     }
     if let Some(id) = name.strip_suffix(LEASE_SUFFIX) {
         if valid_container_id(id) {

@@ -3,8 +3,8 @@
 //! annotation `nvc.exclusive`, `[requests] exclusive`) keeps every other container off
 //! it, naming itself; an exclusive request is refused on a GPU a running container
 //! shares; leases end with their container (killed, deleted or not); a container's
-//! lease is one file, `<id>.lease`, whatever the number of GPUs, removed when the
-//! container is deleted; stale, reused, garbage and linked lease files, and the per-GPU
+//! lease is one file, `<id>.lease` when exclusive and `<id>.shared-lease` when shared,
+//! whatever the number of GPUs, removed when the container is deleted; stale, reused, garbage and linked lease files, and the per-GPU
 //! files of an earlier nvc, block nothing and are removed; of concurrent exclusive starts
 //! exactly one wins. Each test has its own lease folder (`[leases] dir`). Needs root.
 
@@ -127,9 +127,14 @@ fn lease_file(container: &str, uuid: &str, pid: i32, start: u64, exclusive: bool
     .to_string()
 }
 
-/// Where the lease file of `container` is.
+/// Where the lease file of `container` is when it holds its GPUs exclusively.
 fn lease_path(w: &World, container: &str) -> PathBuf {
     lease_dir(w).join(format!("{container}.lease"))
+}
+
+/// Where it is when it shares them.
+fn shared_lease_path(w: &World, container: &str) -> PathBuf {
+    lease_dir(w).join(format!("{container}.shared-lease"))
 }
 
 /// The names in the lease folder, sorted.
@@ -203,8 +208,11 @@ fn a_deleted_exclusive_container_frees_its_gpu() {
 fn a_container_with_every_gpu_writes_one_lease_file() {
     let w = world("");
     let a = hold(&w, &["NVIDIA_VISIBLE_DEVICES=all"], &[]);
-    assert_eq!(lease_names(&w), [".lock".to_string(), format!("{a}.lease")]);
-    let text = std::fs::read_to_string(lease_path(&w, &a)).unwrap();
+    assert_eq!(
+        lease_names(&w),
+        [".lock".to_string(), format!("{a}.shared-lease")]
+    );
+    let text = std::fs::read_to_string(shared_lease_path(&w, &a)).unwrap();
     let file = libnvc::lease::parse(text.as_bytes(), &a).unwrap();
     let all: Vec<String> = w
         .gpus_in_bus_order()
@@ -223,8 +231,8 @@ fn a_container_with_every_gpu_writes_one_lease_file() {
     assert_started(&w, &w.run(&[&gpu(1)], "true"));
     let mut want = vec![
         ".lock".to_string(),
-        format!("{a}.lease"),
-        format!("{b}.lease"),
+        format!("{a}.shared-lease"),
+        format!("{b}.shared-lease"),
     ];
     want.sort();
     assert_eq!(lease_names(&w), want);

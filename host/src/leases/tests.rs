@@ -87,7 +87,10 @@ fn put(dir: &Path, holder: &Holder, uuids: &[String]) -> PathBuf {
             })
             .collect(),
     };
-    let path = dir.join(lease::file_name(&holder.container));
+    let path = dir.join(lease::file_name(
+        &holder.container,
+        holder.exclusive.is_some(),
+    ));
     fs::write(&path, lease::render(&file)).unwrap();
     path
 }
@@ -115,8 +118,8 @@ fn sixty_four_gpus_are_one_file() {
     let gpus = uuids(64);
     let taken = take_for(dir.path(), me("big", None), &refs(&gpus)).unwrap();
     assert!(taken.is_some());
-    assert_eq!(names(dir.path()), [".lock", "big.lease"]);
-    let path = dir.path().join("big.lease");
+    assert_eq!(names(dir.path()), [".lock", "big.shared-lease"]);
+    let path = dir.path().join("big.shared-lease");
     let file = read(&path, "big");
     assert_eq!(file.holder, me("big", None));
     assert_eq!(
@@ -133,7 +136,10 @@ fn sixty_four_gpus_are_one_file() {
     let other = Running::new();
     let second = take_for(dir.path(), other.holder("second", None), &refs(&gpus)).unwrap();
     assert!(second.is_some());
-    assert_eq!(names(dir.path()), [".lock", "big.lease", "second.lease"]);
+    assert_eq!(
+        names(dir.path()),
+        [".lock", "big.shared-lease", "second.shared-lease"]
+    );
     assert_eq!(fs::read(&path).unwrap(), before);
 }
 
@@ -185,7 +191,10 @@ fn exclusive_and_shared_conflict_both_ways_naming_the_holder() {
     assert!(take_for(dir.path(), me("b", None), &refs(&gpus))
         .unwrap()
         .is_some());
-    assert_eq!(names(dir.path()), [".lock", "b.lease", "shared1.lease"]);
+    assert_eq!(
+        names(dir.path()),
+        [".lock", "b.shared-lease", "shared1.shared-lease"]
+    );
 }
 
 #[test]
@@ -309,16 +318,16 @@ fn garbage_and_earlier_versions_are_removed_never_followed() {
     assert_eq!(fs::read(&precious).unwrap(), precious_bytes);
 
     // A folder in place of this container's own file is removed, else it stops the start.
-    fs::create_dir(d.join("again.lease")).unwrap();
+    fs::create_dir(d.join("again.shared-lease")).unwrap();
     assert!(take_for(d, me("again", None), &refs(&gpus))
         .unwrap()
         .is_some());
-    assert!(fs::symlink_metadata(d.join("again.lease"))
+    assert!(fs::symlink_metadata(d.join("again.shared-lease"))
         .unwrap()
         .is_file());
-    fs::remove_file(d.join("again.lease")).unwrap();
-    fs::create_dir(d.join("again.lease")).unwrap();
-    fs::write(d.join("again.lease/x"), "").unwrap();
+    fs::remove_file(d.join("again.shared-lease")).unwrap();
+    fs::create_dir(d.join("again.shared-lease")).unwrap();
+    fs::write(d.join("again.shared-lease/x"), "").unwrap();
     let err = take_for(d, me("again", None), &refs(&gpus)).unwrap_err();
     assert!(
         err.to_string()
@@ -362,7 +371,7 @@ fn release_and_end_remove_the_file() {
         .unwrap();
     put(dir.path(), &me("f", None), &gpus);
     taken.release();
-    assert!(dir.path().join("f.lease").exists());
+    assert!(dir.path().join("f.shared-lease").exists());
 }
 
 #[test]
@@ -398,4 +407,69 @@ fn the_list_has_a_line_per_gpu_and_holder() {
             },
         ]
     );
+}
+
+#[test]
+fn a_shared_start_reads_only_what_can_refuse_it_and_sweeps_a_few() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gpus = uuids(1);
+    // Ten shared holders' files a shared start must not need: garbage, so that reading
+    // one removes it.
+    for i in 0..10 {
+        fs::write(d.join(lease::file_name(&format!("s{i}"), false)), "{").unwrap();
+    }
+    // An earlier nvc's file of a shared holder (`.lease`) is read by every start, and
+    // its holder shares.
+    let running = Running::new();
+    let earlier = put(d, &running.holder("old", None), &gpus);
+    fs::rename(&earlier, d.join("old.lease")).unwrap();
+    assert!(take_for(d, me("a", None), &refs(&gpus)).unwrap().is_some());
+    let garbage = |d: &Path| {
+        names(d)
+            .iter()
+            .filter(|n| n.starts_with('s') && n.ends_with(lease::SHARED_SUFFIX))
+            .count()
+    };
+    assert_eq!(garbage(d), 10 - SWEPT, "{:?}", names(d));
+    assert!(d.join("old.lease").exists() && d.join("a.shared-lease").exists());
+    // An exclusive start reads every file: the rest of the garbage goes, and the live
+    // shared holders refuse it.
+    let err = take_for(d, me("x", Some(ExclusiveBy::Env)), &refs(&gpus)).unwrap_err();
+    assert!(matches!(err, LeaseError::Conflict(Conflict::InUse { .. })));
+    assert_eq!(garbage(d), 0, "{:?}", names(d));
+}
+
+#[test]
+fn stale_shared_files_are_swept_by_later_shared_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gpus = uuids(1);
+    // Holders that ended without a poststop hook (Kubernetes' containers, Docker's
+    // --gpus).
+    for i in 0..12 {
+        put(d, &ended(&format!("gone{i}"), None), &gpus);
+    }
+    let stale = |d: &Path| names(d).iter().filter(|n| n.starts_with("gone")).count();
+    let running: Vec<Running> = (0..4).map(|_| Running::new()).collect();
+    for (i, r) in running.iter().enumerate() {
+        let before = stale(d);
+        let taken = take_for(d, r.holder(&format!("live{i}"), None), &refs(&gpus));
+        assert!(taken.unwrap().is_some());
+        // Each start reads SWEPT of the others, live or not: it never keeps a stale one
+        // it read, nor removes a live one.
+        assert!(stale(d) <= before, "{:?}", names(d));
+        assert!(stale(d) + SWEPT >= before, "{:?}", names(d));
+        if i == 0 {
+            // Only stale ones to pick from.
+            assert_eq!(stale(d) + SWEPT, before, "{:?}", names(d));
+        }
+    }
+    assert_eq!(names(d).iter().filter(|n| n.starts_with("live")).count(), 4);
+    // The poststop hook of a shared container removes its shared file.
+    let holder = ended("done", None);
+    let path = put(d, &holder, &gpus);
+    assert!(path.ends_with("done.shared-lease"));
+    assert!(end(d, "done").unwrap());
+    assert!(!path.exists());
 }

@@ -89,12 +89,23 @@ fn garbage_is_refused_with_the_reason() {
 
 #[test]
 fn names_in_the_folder_are_told_apart() {
-    assert_eq!(file_name("abc123"), "abc123.lease");
+    assert_eq!(file_name("abc123", true), "abc123.lease");
+    assert_eq!(file_name("abc123", false), "abc123.shared-lease");
+    assert_eq!(entry("abc123.shared-lease"), Entry::Shared("abc123"));
+    assert_eq!(entry("a.shared.shared-lease"), Entry::Shared("a.shared"));
+    // An id may end in `.shared`: its exclusive file is still told apart.
+    assert_eq!(
+        entry(&file_name("a.shared", true)),
+        Entry::Lease("a.shared")
+    );
+    assert_eq!(entry(".shared-lease"), Entry::Other);
+    assert_eq!(entry("a b.shared-lease"), Entry::Other);
     assert_eq!(entry("abc123.lease"), Entry::Lease("abc123"));
     assert_eq!(entry("a.b.lease"), Entry::Lease("a.b"));
     // An id may start with a dot or look like the lock: its file is still its own.
-    assert_eq!(entry(&file_name(".lock")), Entry::Lease(".lock"));
-    assert_eq!(entry(&file_name("..")), Entry::Lease(".."));
+    assert_eq!(entry(&file_name(".lock", true)), Entry::Lease(".lock"));
+    assert_eq!(entry(&file_name("..", true)), Entry::Lease(".."));
+    assert_eq!(entry(&file_name("..", false)), Entry::Shared(".."));
     assert_eq!(entry(".lock"), Entry::Lock);
     assert_eq!(entry(".lease"), Entry::Other);
     assert_eq!(entry("a b.lease"), Entry::Other);
