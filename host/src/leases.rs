@@ -253,7 +253,7 @@ fn live_holders(dir: &Path, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
                 }
             }
             // A shared holder cannot refuse a shared request: not read, but maybe swept.
-            Entry::Shared(id) if me.exclusive.is_none() && id != me.container => {
+            Entry::Shared(id) if me.exclusive.is_none() => {
                 unread.push((path, id.to_string()));
             }
             Entry::Lease(id) | Entry::Shared(id) => {

@@ -46,7 +46,7 @@ impl ContainerRoot {
         };
         // The walk starts at the deepest folder above `dir` that this root has resolved
         // already (the root itself at worst).
-        let (mut current, mut prefix) = self.known_ancestor(dir)?;
+        let (mut current, mut prefix) = self.known_ancestor(OP, dir)?;
         let rest = dir.strip_prefix(&prefix).unwrap_or(dir).to_path_buf();
         // Whether the next component is known to be missing: the one below a folder made
         // just now, or the last one when the whole path was not found from its parent.
@@ -68,15 +68,18 @@ impl ContainerRoot {
 
     /// The deepest folder strictly above `dir` that this root has resolved already, and
     /// its path; else the root.
-    fn known_ancestor(&self, dir: &Path) -> Result<(Arc<OwnedFd>, PathBuf), FsError> {
+    fn known_ancestor(
+        &self,
+        op: &'static str,
+        dir: &Path,
+    ) -> Result<(Arc<OwnedFd>, PathBuf), FsError> {
         for above in dir.ancestors().skip(1) {
             if let Some(fd) = self.known_folder(above) {
                 return Ok((fd, above.to_path_buf()));
             }
         }
         let root = Path::new("/");
-        let fd = rustix::io::fcntl_dupfd_cloexec(&self.fd, 0)
-            .map_err(|e| self.err("create directory", root, e))?;
+        let fd = rustix::io::fcntl_dupfd_cloexec(&self.fd, 0).map_err(|e| self.err(op, root, e))?;
         Ok((self.keep_folder(root, fd), root.to_path_buf()))
     }
 
