@@ -21,6 +21,10 @@ pub const PLAN_ENV: &str = "NVC_FLOOR_PLAN";
 /// The environment variable naming the runc `nvc-floor` execs as the runtime.
 pub const RUNC_ENV: &str = "NVC_FLOOR_RUNC";
 
+/// Where the floor program's hooks log their phases (`--debug-log`), in the working
+/// directory.
+pub const PHASES_LOG: &str = "floor-phases.log";
+
 /// Writes the plan `name` for a container of `image` asking for `env`, with the driver of
 /// `config` (an nvc configuration whose runtime is the no-op), into the working
 /// directory (`floor-<name>.json`, its cache beside it); returns its path.
@@ -130,13 +134,18 @@ pub fn write(
     let cache_path = bench.work.join(format!("floor-{name}.ld.so.cache"));
     std::fs::write(&cache_path, cache).map_err(BenchError::io("write", &cache_path))?;
 
-    let plan = json!({
+    let mut plan = json!({
         "devices": devices,
         "rules": rules,
         "mounts": mounts,
         "links": links,
         "cache": cache_path,
     });
+    // With nvc's log at debug level (`--debug-log`), the floor's hooks time their phases
+    // too, as nvc-hook does, a line each in `<work>/floor-phases.log`.
+    if bench.debug_log {
+        plan["phases"] = json!(bench.work.join(PHASES_LOG));
+    }
     let path = bench.work.join(format!("floor-{name}.json"));
     let text = serde_json::to_vec_pretty(&plan)
         .map_err(|e| BenchError::FloorPlan(format!("write the plan: {e}")))?;

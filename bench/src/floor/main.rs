@@ -25,7 +25,10 @@
 //! nvc-bench writes, read only for a GPU spec and by the hook):
 //! `{"devices": [...], "rules": [...], "cache": PATH,
 //!   "mounts": [{"host", "path", "dir", "readonly", "nosuid", "nodev", "noexec"}],
-//!   "links": [{"path", "target"}]}`.
+//!   "links": [{"path", "target"}]}`, and with `nvc-bench --debug-log` `"phases": PATH`:
+//! each hook then appends the time of its phases to that file (`floor prestart phases ms:
+//! read … ldcache … total …`, as nvc-hook logs its own at debug level), handed to the
+//! poststop hook as `NVC_FLOOR_PHASES`. Without it nothing is written.
 
 #![cfg_attr(not(test), no_main)]
 
@@ -38,6 +41,7 @@ use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
 use nvc_host::container::{DetachedMount, MountAttrs};
+use nvc_host::phases::Phases;
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use serde_json::{json, Value};
@@ -47,6 +51,10 @@ const PLAN_ENV: &str = "NVC_FLOOR_PLAN";
 
 /// The environment variable naming runc, for the runtime.
 const RUNC_ENV: &str = "NVC_FLOOR_RUNC";
+
+/// The environment variable naming the file the hooks log their phases in (the plan's
+/// `"phases"`), for the poststop hook, which does not read the plan.
+const PHASES_ENV: &str = "NVC_FLOOR_PHASES";
 
 #[cfg(not(test))]
 nvc_host::c_main!(floor_main);
@@ -137,12 +145,19 @@ fn edit_spec(args: &[String]) -> Result<(), Fail> {
     if plan["undo"].as_bool() == Some(true) {
         stages.push("poststop");
     }
+    let mut env = vec![format!(
+        "{PLAN_ENV}={}",
+        std::env::var(PLAN_ENV).unwrap_or_default()
+    )];
+    if let Some(phases) = plan["phases"].as_str() {
+        env.push(format!("{PHASES_ENV}={phases}"));
+    }
     for stage in stages {
         let mut hooks = list(&mut spec["hooks"][stage])?;
         hooks.push(json!({
             "path": exe,
             "args": ["nvc-floor", stage],
-            "env": [format!("{PLAN_ENV}={}", std::env::var(PLAN_ENV).unwrap_or_default())],
+            "env": env,
         }));
         spec["hooks"][stage] = Value::Array(hooks);
     }
@@ -153,6 +168,7 @@ fn edit_spec(args: &[String]) -> Result<(), Fail> {
 
 /// As the prestart hook: the mounts, links and ld.so.cache of the plan, in the container.
 fn prestart() -> Result<(), Fail> {
+    let mut phases = Phases::start("floor prestart");
     let (state, bundle, rootfs) = container()?;
     let pid = state["pid"].as_i64().ok_or("the state has no pid")?;
     let plan = read_plan()?;
@@ -163,6 +179,7 @@ fn prestart() -> Result<(), Fail> {
         true => Some([MADE, ORIGINAL_CACHE].map(|name| std::fs::File::create(bundle.join(name)))),
         false => None,
     };
+    phases.mark("read");
 
     // In the host's mount namespace: every source, as a detached mount.
     let mut sources = Vec::new();
@@ -178,6 +195,7 @@ fn prestart() -> Result<(), Fail> {
         let path = PathBuf::from(text(m, "path")?);
         sources.push((src, path, m["dir"].as_bool().unwrap_or(false)));
     }
+    phases.mark("sources");
 
     let ns = rustix::fs::open(
         format!("/proc/{pid}/ns/mnt"),
@@ -192,6 +210,7 @@ fn prestart() -> Result<(), Fail> {
     .map_err(fail("enter the mount namespace"))?;
     let mut dirs = Folders::open(&rootfs)?;
     let made = Rc::clone(&dirs.made);
+    phases.mark("enter");
 
     for (src, path, is_dir) in sources {
         let (dir, name) = dirs.parent(&path)?;
@@ -223,6 +242,7 @@ fn prestart() -> Result<(), Fail> {
         .map_err(fail(format!("mount point {}", path.display())))?;
         src.attach(&point).map_err(fail(path.display()))?;
     }
+    phases.mark("mounts");
     for l in plan["links"].as_array().into_iter().flatten() {
         let path = PathBuf::from(text(l, "path")?);
         let (dir, name) = dirs.parent(&path)?;
@@ -232,6 +252,7 @@ fn prestart() -> Result<(), Fail> {
             Err(e) => return Err(format!("link {}: {e}", path.display())),
         }
     }
+    phases.mark("links");
     let (etc, _) = dirs.parent(Path::new("/etc/ld.so.cache"))?;
     if let Some([file, original]) = record {
         // What was made, a line each, and the image's cache.
@@ -256,7 +277,26 @@ fn prestart() -> Result<(), Fail> {
             .write_all(&data)
             .map_err(fail("keep the image's cache"))?;
     }
-    write_cache(etc, &cache)
+    phases.mark("record");
+    write_cache(etc, &cache)?;
+    phases.mark("ldcache");
+    log_phases(plan["phases"].as_str(), &phases)
+}
+
+/// Appends the line of `phases` to the file `path` (the plan's `"phases"`, written with
+/// `nvc-bench --debug-log`, and handed to the poststop hook as [`PHASES_ENV`]), to be
+/// read beside nvc-hook's phases.
+fn log_phases(path: Option<&str>, phases: &Phases) -> Result<(), Fail> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(fail(format!("open {path}")))?;
+    file.write_all(format!("{}\n", phases.line()).as_bytes())
+        .map_err(fail(format!("write {path}")))
 }
 
 /// Writes `cache` over the ld.so.cache of the folder `etc`: one write and a rename.
@@ -310,11 +350,13 @@ fn container() -> Result<(Value, PathBuf, PathBuf), Fail> {
 /// As the poststop hook (with `"undo": true`): what the prestart hook made, removed last
 /// first, and the image's cache put back, in the host's mount namespace.
 fn poststop() -> Result<(), Fail> {
+    let mut phases = Phases::start("floor poststop");
     let (_, bundle, rootfs) = container()?;
     let made = std::fs::read_to_string(bundle.join(MADE)).map_err(fail("read the record"))?;
     let original =
         std::fs::read(bundle.join(ORIGINAL_CACHE)).map_err(fail("read the kept cache"))?;
     let mut dirs = Folders::open(&rootfs)?;
+    phases.mark("read");
     for line in made.lines().rev() {
         let (kind, path) = line.split_at(2);
         let (dir, name) = dirs.parent(Path::new(path))?;
@@ -324,12 +366,15 @@ fn poststop() -> Result<(), Fail> {
         };
         rustix::fs::unlinkat(dir, name, flags).map_err(fail(format!("remove {path}")))?;
     }
+    phases.mark("undo");
     let (etc, _) = dirs.parent(Path::new("/etc/ld.so.cache"))?;
     write_cache(etc, &original)?;
+    phases.mark("ldcache");
     for name in [MADE, ORIGINAL_CACHE] {
         std::fs::remove_file(bundle.join(name)).map_err(fail("remove the record"))?;
     }
-    Ok(())
+    phases.mark("record");
+    log_phases(std::env::var(PHASES_ENV).ok().as_deref(), &phases)
 }
 
 /// The container's folders, each resolved once, inside the rootfs and on its mount,
