@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use libnvc::oci::spec;
 use nvc_config::Config;
+use nvc_host::phases::Phases;
 use nvc_host::probe::RealHost;
 use nvc_host::trace::{self, TraceError};
 use serde::Deserialize;
@@ -44,7 +45,7 @@ struct State {
 
 /// Takes away what the prestart hook made for the container described on stdin.
 pub fn run() -> Result<(), PoststopError> {
-    let mut phases = nvc_host::phases::Phases::start("poststop");
+    let mut phases = Phases::start("poststop");
     let (config, _) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc-hook");
     arm(&config)?;
@@ -52,18 +53,24 @@ pub fn run() -> Result<(), PoststopError> {
     let raw = libnvc::oci::state::read(std::io::stdin())?;
     let state: State = serde_json::from_slice(&raw).map_err(PoststopError::State)?;
     phases.mark("state");
-    undo(&config, &state.id, &state.bundle)?;
-    phases.mark("undo");
+    undo(&config, &state.id, &state.bundle, &mut phases)?;
     phases.log();
     Ok(())
 }
 
 /// Takes away what was made for container `id` of `bundle` (the prestart hook's mode
 /// when a runtime calls it at `poststop` with the same arguments, as a hooks.d file
-/// listing both stages does), then ends its GPU leases whatever came of that.
-pub fn undo(config: &Config, id: &str, bundle: &std::path::Path) -> Result<(), PoststopError> {
-    let undone = undo_rootfs(config, id, bundle);
+/// listing both stages does), then ends its GPU leases whatever came of that; marks the
+/// phases `spec`, `undo` and `leases`.
+pub fn undo(
+    config: &Config,
+    id: &str,
+    bundle: &std::path::Path,
+    phases: &mut Phases,
+) -> Result<(), PoststopError> {
+    let undone = undo_rootfs(config, id, bundle, phases);
     end_leases(config, id);
+    phases.mark("leases");
     undone
 }
 
@@ -82,14 +89,21 @@ fn end_leases(config: &Config, id: &str) {
 }
 
 /// Takes away what the prestart hook made in the rootfs of container `id`.
-fn undo_rootfs(config: &Config, id: &str, bundle: &std::path::Path) -> Result<(), PoststopError> {
+fn undo_rootfs(
+    config: &Config,
+    id: &str,
+    bundle: &std::path::Path,
+    phases: &mut Phases,
+) -> Result<(), PoststopError> {
     // Only `root.path` of the spec: the rest is not parsed.
     let rootfs = spec::read_rootfs(&RealHost, &bundle.join("config.json"), bundle)?;
+    phases.mark("spec");
     // Not while another container's hook sets the same rootfs up (trace::RootfsLock).
     let _lock =
         trace::lock_rootfs(&config.hook.state_dir, &rootfs).map_err(PoststopError::Trace)?;
     let undone =
         trace::undo(&config.hook.state_dir, id, bundle, &rootfs).map_err(PoststopError::Trace)?;
+    phases.mark("undo");
     log::info!(
         "container {id} ended: {} things nvc made taken away, {} left, ld.so.cache {}{}",
         undone.removed,

@@ -90,7 +90,12 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
     let state: State = serde_json::from_slice(&raw).map_err(HookError::State)?;
     if state.status == "stopped" {
         // A hooks.d file that lists both stages runs the same command at poststop.
-        return Ok(crate::poststop::undo(&config, &state.id, &state.bundle)?);
+        return Ok(crate::poststop::undo(
+            &config,
+            &state.id,
+            &state.bundle,
+            &mut phases,
+        )?);
     }
     if state.pid <= 0 {
         return Err(HookError::NoPid);

@@ -103,10 +103,12 @@ def main(work):
         print("| poststop phase | floor ms | nvc ms | nvc above floor ms |")
         print("| --- | ---: | ---: | ---: |")
         prows = [
-            ("reading what to undo (floor: state, spec, record; nvc: config and log, state)",
-             g(fpost, "read"), g(post, "config", "state")),
-            ("taking away what was made, the cache put back, the record and leases removed",
+            ("reading what to undo (floor: state, spec, record; nvc: config and log, state, "
+             "the spec's root)", g(fpost, "read"), g(post, "config", "state", "spec")),
+            ("taking away what was made, the cache put back, the record removed (nvc: under "
+             "the rootfs's lock, each thing checked first)",
              g(fpost, "undo", "ldcache", "record"), g(post, "undo")),
+            ("ending the GPU leases (nvc only)", 0.0, g(post, "leases")),
         ]
         for name, f, n in prows:
             print(f"| {name} | {f:.3f} | {n:.3f} | {n - f:+.3f} |")
