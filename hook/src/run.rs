@@ -197,6 +197,9 @@ pub fn run(args: &[String]) -> Result<(), HookError> {
     }
     phases.mark("record-save");
     phases.log();
+    // The process ends next, and its memory with it: the plan, the config and the rest
+    // are not freed piece by piece first (the plan alone was 0.12 M instructions).
+    std::mem::forget((plan, config, target, trace, handed, raw, state));
     Ok(())
 }
 

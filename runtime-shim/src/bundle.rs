@@ -33,11 +33,18 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         &Handed::default(),
     )
     .map_err(PlanError::from)?;
-    let (Some(gpu), mut spec) = (plan.gpu, plan.spec) else {
+    let Plan {
+        gpu,
+        spec,
+        view,
+        request,
+        ..
+    } = plan;
+    let Some(gpu) = gpu else {
         log::debug!("{}: no GPU asked for; left alone", spec_path.display());
         return Ok(());
     };
-    let Some(hook) = gpu.hook else {
+    let Some(hook) = &gpu.hook else {
         return Ok(());
     };
     // Only the device nodes go into the spec; the hook mounts the files itself, where it
@@ -46,7 +53,9 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
         path: spec_path.clone(),
         source,
     };
-    let mut changed = spec::apply(&mut spec, &gpu.edits, &hook.entry).map_err(edit_error)?;
+    // Nothing is written on error: the spec is edited where it is, not in a copy.
+    let (mut spec, mut changed) =
+        spec::apply_owned(spec, &gpu.edits, &hook.entry).map_err(edit_error)?;
     // The device plugin's mounts, read: the hook gets them in its arguments.
     if gpu.drop_device_mounts {
         changed |= spec::drop_device_mounts(&mut spec).map_err(edit_error)?;
@@ -77,6 +86,9 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
             spec_path.display()
         );
     }
+    // The runtime is exec'd next, and the process's memory goes with it: the spec and
+    // the plan are not freed piece by piece first.
+    std::mem::forget((spec, gpu, view, request));
     Ok(())
 }
 

