@@ -10,8 +10,7 @@ carry=$PWD/.device-carry
 out=${1:?usage: bench-compare.sh OUT_DIR [RUNS]}
 runs=${2:-40}
 mkdir -p "$out"
-install -m 0755 "$carry/runc/usr/sbin/runc" /usr/local/sbin/runc
-cp -a "$carry"/runc/usr/lib/x86_64-linux-gnu/libseccomp.so.2* /usr/local/lib/ && ldconfig
+. tests/gpu/install-runc.sh
 echo "this build: $(cat "$carry/commit"); baseline: $(cat "$carry/old/commit")"
 NVC_BENCH_COMMIT=$(cat "$carry/commit") "$carry/bin/nvc-bench" --real --rootfs "$carry/bench/rootfs" \
     --runc /usr/local/sbin/runc --runs "$runs" --libs 0 --baseline "$carry/old" \

@@ -10,8 +10,7 @@ carry=$PWD/.device-carry
 out=${1:?usage: bench-phases.sh OUT_DIR [RUNS]}
 runs=${2:-20}
 mkdir -p "$out"
-install -m 0755 "$carry/runc/usr/sbin/runc" /usr/local/sbin/runc
-cp -a "$carry"/runc/usr/lib/x86_64-linux-gnu/libseccomp.so.2* /usr/local/lib/ && ldconfig
+. tests/gpu/install-runc.sh
 work=$(mktemp -d /tmp/nvc-bench-phases.XXXXXX)
 rmdir "$work"
 "$carry/bin/nvc-bench" --real --rootfs "$carry/bench/rootfs" --runc /usr/local/sbin/runc \

@@ -11,9 +11,7 @@ check() { # check NAME CONDITION-COMMAND...
     if "$@"; then echo "PASS $name"; else echo "FAIL $name"; fail=1; fi
 }
 
-# runc and its libseccomp from Debian's packages.
-install -m 0755 "$carry/runc/usr/sbin/runc" /usr/local/sbin/runc
-cp -a "$carry"/runc/usr/lib/x86_64-linux-gnu/libseccomp.so.2* /usr/local/lib/ && ldconfig
+. tests/gpu/install-runc.sh
 runc --version | head -1
 runtime=${NVC_GPU_RUNTIME:-/usr/local/sbin/runc}
 echo "low-level runtime: $("$runtime" --version | head -1)"

@@ -13,8 +13,7 @@ out=${1:?usage: phases-vs-floor.sh OUT_DIR [RUNS]}
 runs=${2:-20}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/nvc-phases-floor.XXXXXX)
-install -m 0755 "$carry/runc/usr/sbin/runc" /usr/local/sbin/runc
-cp -a "$carry"/runc/usr/lib/x86_64-linux-gnu/libseccomp.so.2* /usr/local/lib/ && ldconfig
+. tests/gpu/install-runc.sh
 "$carry/bin/nvc-bench" --real --debug-log --rootfs "$carry/bench/rootfs" \
     --runc /usr/local/sbin/runc --gpus none --libs 0 --parallel 0 --runs "$runs" \
     --work "$work/bench" --out "$out/phases-bench.md" >/dev/null 2>"$out/phases-bench.log"

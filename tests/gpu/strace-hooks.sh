@@ -16,8 +16,7 @@ mkdir -p "$out"
 work=$(mktemp -d /tmp/nvc-strace.XXXXXX)
 strace=(env LD_LIBRARY_PATH="$carry/strace/lib" "$carry/strace/strace" -E LD_LIBRARY_PATH)
 "${strace[@]}" -V | head -1 || { echo "no strace in $carry/strace"; exit 1; }
-install -m 0755 "$carry/runc/usr/sbin/runc" /usr/local/sbin/runc
-cp -a "$carry"/runc/usr/lib/x86_64-linux-gnu/libseccomp.so.2* /usr/local/lib/ && ldconfig
+. tests/gpu/install-runc.sh
 "${strace[@]}" -f -ff -T -o "$work/t" -- "$carry/bin/nvc-bench" --real \
     --rootfs "$carry/bench/rootfs" --runc /usr/local/sbin/runc --gpus none --libs 0 \
     --parallel 0 --runs "$runs" --work "$work/bench" >"$out/strace-bench.log" 2>&1

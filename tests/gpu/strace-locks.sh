@@ -12,8 +12,7 @@ batches=${2:-2}
 mkdir -p "$out"
 work=$(mktemp -d /tmp/nvc-locks.XXXXXX)
 strace=(env LD_LIBRARY_PATH="$carry/strace/lib" "$carry/strace/strace" -E LD_LIBRARY_PATH)
-install -m 0755 "$carry/runc/usr/sbin/runc" /usr/local/sbin/runc
-cp -a "$carry"/runc/usr/lib/x86_64-linux-gnu/libseccomp.so.2* /usr/local/lib/ && ldconfig
+. tests/gpu/install-runc.sh
 "${strace[@]}" --seccomp-bpf -f -ff -ttt -T -e trace=flock,execve -o "$work/t" -- \
     "$carry/bin/nvc-bench" --real --rootfs "$carry/bench/rootfs" --runc /usr/local/sbin/runc \
     --gpus none --libs 0 --runs 1 --parallel 100 --in-flight 16 --batches "$batches" \
