@@ -9,10 +9,11 @@ use libnvc::plan::attach::{self, AttachPlan, AttachPlanError};
 use nvc_config::Config;
 use nvc_host::attach::{AttachError, AttachRecord};
 use nvc_host::devcgroup::{DevCgroupError, DeviceCgroup};
+use nvc_host::lifecycle::{self, AttachRequest, Attached, LifecycleError};
 use nvc_host::probe::RealHost;
 use nvc_host::proc_mask::ProcMask;
 use nvc_host::setup::{SetupError, Target};
-use nvc_host::trace::Addition;
+use nvc_host::state::StateDir;
 use serde::Deserialize;
 
 /// Options of `nvc attach` and `nvc detach`.
@@ -90,6 +91,9 @@ pub enum AttachCliError {
     /// Setting the container up failed.
     #[error(transparent)]
     Setup(Box<SetupError>),
+    /// The guards, the record, or set-up refused the container.
+    #[error(transparent)]
+    Lifecycle(Box<LifecycleError>),
     /// The spec's device rules are invalid.
     #[error(transparent)]
     DeviceRules(#[from] DevCgroupError),
@@ -107,6 +111,12 @@ impl From<AttachPlanError> for AttachCliError {
 impl From<AttachError> for AttachCliError {
     fn from(e: AttachError) -> Self {
         AttachCliError::Attach(Box::new(e))
+    }
+}
+
+impl From<LifecycleError> for AttachCliError {
+    fn from(e: LifecycleError) -> Self {
+        AttachCliError::Lifecycle(Box::new(e))
     }
 }
 
@@ -196,11 +206,7 @@ struct Context {
     plan: AttachPlan,
     record_path: PathBuf,
     record: AttachRecord,
-    update_ldcache: bool,
-    /// `[hook] state-dir` and `path`: the container's no-trace record, and whether its
-    /// spec runs nvc's poststop hook.
-    state_dir: PathBuf,
-    hook_path: PathBuf,
+    config: Config,
 }
 
 fn context(args: &AttachArgs) -> Result<Context, AttachCliError> {
@@ -208,23 +214,22 @@ fn context(args: &AttachArgs) -> Result<Context, AttachCliError> {
     nvc_host::logging::init(&config.log, "nvc");
     let state = running_state(args, &config)?;
     let plan = attach::for_attach(&state.bundle, &config, &config_path, &RealHost, &args.gpus)?;
-    nvc_host::attach::check_process(state.pid, &state.rootfs)?;
+    // Before anything is written: the same guards as the hook's.
+    nvc_host::lifecycle::guard_running(state.pid, &state.rootfs)?;
     // The record is per state directory; runc's default when none is given.
     let root = args
         .root
         .clone()
         .unwrap_or_else(|| PathBuf::from("/run/runc"));
     let root = std::path::absolute(&root).unwrap_or(root);
-    let record_path = nvc_host::attach::record_path(&config.hook.state_dir, &root, &args.id);
-    let record = AttachRecord::load(&record_path, state.pid)?;
+    let record_path = StateDir::of(&config).attach_record(&root, &args.id);
+    let record = AttachRecord::load(&record_path, &args.id, state.pid)?;
     Ok(Context {
         state,
         plan,
         record_path,
         record,
-        update_ldcache: config.ldcache.update,
-        state_dir: config.hook.state_dir.clone(),
-        hook_path: config.hook.path.clone(),
+        config,
     })
 }
 
@@ -247,9 +252,7 @@ pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
         plan,
         record_path,
         mut record,
-        update_ldcache,
-        state_dir,
-        hook_path,
+        config,
     } = context(args)?;
     let mut edits = plan.edits.clone();
     // The mask shows the container's own GPUs, those attached before, and these.
@@ -258,11 +261,12 @@ pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
         pid: state.pid,
         rootfs: state.rootfs.clone(),
         spec_devices: Vec::new(),
-        update_ldcache,
+        update_ldcache: config.ldcache.update,
         device_cgroup: Some(record.device_cgroup(DeviceCgroup::from_spec(&plan.spec)?)),
         readonly: plan.view.readonly,
         tmpfs_mounts: plan.view.tmpfs_mounts.clone(),
         running: true,
+        journal: None,
     };
     // Recorded first: a grant the record lacks would be lost by the next change on
     // cgroup v2, a record of one that failed costs nothing.
@@ -278,33 +282,23 @@ pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
     }
     record.save(&record_path)?;
     // What is made in the rootfs goes into the container's no-trace record, for its
-    // poststop hook to take away; opened here, in the host's mount namespace.
-    let undo_hook = libnvc::oci::spec::has_undo_hook(&plan.spec, &hook_path);
-    let addition = match undo_hook {
-        true => match Addition::open(
-            &state_dir,
-            &args.id,
-            &state.bundle,
-            &state.rootfs,
-            state.pid,
-        ) {
-            Ok(addition) => Some(addition),
-            Err(e) => {
-                log::warn!("{}", libnvc::report::error_chain(&e));
-                None
-            }
+    // poststop hook to take away.
+    let undo_hook = libnvc::oci::spec::has_undo_hook(&plan.spec, &config.hook.path);
+    let Attached {
+        edits: done,
+        trace,
+        recorded,
+    } = lifecycle::attach(
+        &config,
+        AttachRequest {
+            id: &args.id,
+            bundle: &state.bundle,
+            target,
+            driver: &plan.driver,
+            edits: &edits,
+            keep_record: undo_hook,
         },
-        false => None,
-    };
-    let (done, trace) = nvc_host::attach::attach(&plan.driver, &edits, &target)?;
-    let recorded = match addition.map(|a| a.save(&trace)) {
-        Some(Ok(())) => true,
-        Some(Err(e)) => {
-            log::warn!("{}", libnvc::report::error_chain(&e));
-            false
-        }
-        None => false,
-    };
+    )?;
     let nodes: Vec<String> = done
         .device_nodes
         .iter()

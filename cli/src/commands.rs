@@ -51,7 +51,7 @@ fn load() -> Result<(Config, PathBuf, Driver), CliError> {
 /// `nvc info`.
 pub fn info(as_json: bool) -> Result<(), CliError> {
     let (config, _, driver) = load()?;
-    let leases = nvc_host::leases::list(&config.leases.dir);
+    let leases = nvc_host::leases::list(&nvc_host::state::StateDir::of(&config));
     let cuda = driver
         .cuda_version(&nvc_host::probe::RealHost)
         .map(|v| v.to_string());
@@ -188,7 +188,10 @@ pub fn list(args: &ListArgs) -> Result<(), CliError> {
     if args.leases {
         let (config, _) = Config::load_from_env()?;
         nvc_host::logging::init(&config.log, "nvc");
-        return Ok(crate::leases::print(&config.leases.dir, args.json)?);
+        return Ok(crate::leases::print(
+            &nvc_host::state::StateDir::of(&config),
+            args.json,
+        )?);
     }
     let (config, path, driver) = load()?;
     // `nvc list` answers for any container: privileged, environment accepted,

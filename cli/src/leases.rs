@@ -1,8 +1,6 @@
 //! The GPU leases as `nvc list --leases` and `nvc info` show them: which container holds
 //! which GPU, since when, shared or exclusively, and whether it still runs.
 
-use std::path::Path;
-
 use libnvc::lease::{utc, Liveness};
 use nvc_host::leases::{self, LeaseError, Listed};
 use serde_json::{json, Value};
@@ -78,8 +76,8 @@ pub fn to_json(listed: &[Listed]) -> Value {
 }
 
 /// `nvc list --leases`.
-pub fn print(dir: &Path, as_json: bool) -> Result<(), LeaseError> {
-    let listed = leases::list(dir)?;
+pub fn print(state: &nvc_host::state::StateDir, as_json: bool) -> Result<(), LeaseError> {
+    let listed = leases::list(state)?;
     if as_json {
         println!(
             "{}",
@@ -88,7 +86,7 @@ pub fn print(dir: &Path, as_json: bool) -> Result<(), LeaseError> {
         return Ok(());
     }
     if listed.is_empty() {
-        println!("(no GPU lease under {})", dir.display());
+        println!("(no GPU lease under {})", state.leases().display());
         return Ok(());
     }
     crate::commands::print_table(&rows(&listed));

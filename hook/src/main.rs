@@ -30,7 +30,7 @@ fn hook_main() -> bool {
             let args: Vec<String> = std::env::args().skip(2).collect();
             run::run(&args)
         }
-        "poststop" => poststop::run().map_err(run::HookError::from),
+        "poststop" => poststop::run(),
         other => Err(run::HookError::Usage(other.to_string())),
     };
     match result {

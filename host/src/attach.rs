@@ -1,32 +1,26 @@
 //! GPUs added to, and taken from, a running container (`nvc attach`, `nvc detach`).
 //!
-//! Attaching is [`crate::setup::set_up`] with [`Target::running`]: the same mounts, nodes,
+//! Attaching is [`crate::lifecycle::attach`]: [`crate::setup::set_up`] with
+//! [`crate::setup::Target::running`], the same mounts, nodes,
 //! device cgroup grant, `/proc/driver/nvidia` mask and ld.so.cache as the prestart hook
 //! makes, done in the container's mount namespace after its `pivot_root`, keeping what is
 //! already there. Detaching unmounts and removes the GPUs' nodes from its `/dev` and
 //! revokes them in its device cgroup; the driver's files stay.
 //!
-//! What nvc granted a container is recorded on the host ([`AttachRecord`], under
-//! [`RECORD_DIR`]), never read from the container: on cgroup v2 each change rebuilds the
+//! What nvc granted a container is recorded on the host ([`AttachRecord`], in the state
+//! folder: [`crate::state::StateDir::attach_record`]), never read from the container: on cgroup v2 each change rebuilds the
 //! device program from the spec's rules and these grants, and the mask shows these GPUs.
 
 use std::path::{Path, PathBuf};
 
 use libnvc::discover::DeviceNode;
-use libnvc::edits::ContainerEdits;
 use log::info;
 use serde::{Deserialize, Serialize};
 
-use crate::container::{self, ContainerRoot, FileKind, Filesystem, FsError};
+use crate::container::{self, ContainerRoot, Filesystem, FsError};
 use crate::devcgroup::{self, CharDevice, DevCgroupError, DeviceCgroup};
 use crate::files::{self, FileError, WriteOptions};
 use crate::proc_mask::ProcMask;
-use crate::setup::Target;
-
-/// Where the records of what nvc attached live, in nvc's state folder (`[hook]
-/// state-dir`, on the host's `/run` tmpfs: gone with the host's boot as the containers
-/// are).
-pub const RECORD_DIR: &str = "attached";
 
 /// Why a running container cannot be changed.
 #[derive(Debug, thiserror::Error)]
@@ -103,9 +97,12 @@ pub fn check_process(pid: i32, rootfs: &Path) -> Result<(), AttachError> {
 }
 
 /// What nvc attached to one container: the device numbers granted and the GPUs' bus ids,
-/// for the container whose init was `pid`.
+/// for the container `id` whose init was `pid` (at [`crate::state::StateDir::attach_record`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttachRecord {
+    /// The container's id: a record of another id is not this container's.
+    #[serde(default)]
+    pub id: String,
     /// The container's init when the record was written: a record for another pid is
     /// from an earlier container of the same id, and is ignored.
     pub pid: i32,
@@ -115,42 +112,27 @@ pub struct AttachRecord {
     pub gpus: Vec<String>,
 }
 
-/// The record file of container `id` under the runtime state directory `state_root`, in
-/// nvc's state folder `state_dir` (`[hook] state-dir`, `/run/nvc`).
-pub fn record_path(state_dir: &Path, state_root: &Path, id: &str) -> PathBuf {
-    // FNV-1a of the state directory: stable across builds, and ids of two runtimes' roots
-    // do not meet.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in state_root.as_os_str().as_encoded_bytes() {
-        hash = (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    state_dir
-        .join(RECORD_DIR)
-        .join(format!("{hash:016x}-{id}.json"))
-}
-
 impl AttachRecord {
-    /// The record at `path` for the container whose init is `pid`; empty when there is
-    /// none, or it is for another pid.
-    pub fn load(path: &Path, pid: i32) -> Result<AttachRecord, AttachError> {
+    /// The record at `path` for container `id` whose init is `pid`; empty when there is
+    /// none, or it is for another container or pid.
+    pub fn load(path: &Path, id: &str, pid: i32) -> Result<AttachRecord, AttachError> {
+        let empty = AttachRecord {
+            id: id.to_string(),
+            pid,
+            ..AttachRecord::default()
+        };
         let Some(text) = files::read_optional(path)? else {
-            return Ok(AttachRecord {
-                pid,
-                ..AttachRecord::default()
-            });
+            return Ok(empty);
         };
         let record: AttachRecord =
             serde_json::from_str(&text).map_err(|source| AttachError::BadRecord {
                 path: path.to_path_buf(),
                 source,
             })?;
-        Ok(if record.pid == pid {
+        Ok(if record.pid == pid && record.id == id {
             record
         } else {
-            AttachRecord {
-                pid,
-                ..AttachRecord::default()
-            }
+            empty
         })
     }
 
@@ -176,18 +158,6 @@ impl AttachRecord {
         }
         base
     }
-}
-
-/// Attaches the GPUs of `edits` to the running container `target` (whose
-/// [`Target::running`] must be set) with [`crate::setup::set_up_noted`]: the edits made,
-/// and what was made in the rootfs for the container's record ([`crate::trace::Addition`]).
-/// Must run single-threaded; enters the container's mount namespace.
-pub fn attach(
-    driver: &libnvc::discover::Driver,
-    edits: &ContainerEdits,
-    target: &Target,
-) -> Result<(ContainerEdits, crate::trace::Trace), crate::setup::SetupError> {
-    crate::setup::set_up_noted(driver, edits, target)
 }
 
 /// What [`detach`] did to one node.
@@ -246,7 +216,7 @@ pub fn detach(
         });
     }
     if let Some(mask) = mask {
-        unmask(&root)?;
+        crate::setup::unmask(&root)?;
         let shown = mask.gpus().count();
         let masked = mask.apply(&root)?;
         info!("/proc/driver/nvidia shows {shown} GPU folders now: {masked:?}");
@@ -254,74 +224,32 @@ pub fn detach(
     Ok(done)
 }
 
-/// The container paths of `edits`'s mounts that are mounted already (a mount of their own,
-/// from the runtime or an earlier setup): attaching leaves them.
-pub fn already_mounted(
-    root: &ContainerRoot,
-    edits: &ContainerEdits,
-) -> Result<Vec<PathBuf>, FsError> {
-    let mut out = Vec::new();
-    for m in &edits.mounts {
-        if root.present(&m.container_path)?.is_some_and(|p| p.mounted) {
-            out.push(m.container_path.clone());
-        }
-    }
-    Ok(out)
-}
-
-/// Whether the device node `path` of `on` is there already: mounted over, or the
-/// character device `major:minor` itself.
-pub fn node_present(
-    on: &ContainerRoot,
-    path: &Path,
-    major: u32,
-    minor: u32,
-) -> Result<bool, FsError> {
-    Ok(on
-        .present(path)?
-        .is_some_and(|p| p.mounted || p.kind == FileKind::CharDevice(major, minor)))
-}
-
-/// Takes an earlier mask off the container's `/proc/driver/nvidia` (mounted over its
-/// procfs), so that a new one shows the GPUs attached since.
-pub fn unmask(root: &ContainerRoot) -> Result<(), FsError> {
-    if let Some(proc) = root.submount(Path::new("/proc"), Filesystem::Procfs)? {
-        if proc.unmount(Path::new("/driver/nvidia"))? {
-            info!("took the old mask off /proc/driver/nvidia");
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn records_are_per_state_root_and_id() {
-        let run = Path::new("/run/nvc");
-        let a = record_path(run, Path::new("/run/runc"), "web");
-        let b = record_path(run, Path::new("/run/docker/runtime-runc/moby"), "web");
-        assert_ne!(a, b);
-        assert!(a.starts_with("/run/nvc/attached"));
-        assert!(a.to_string_lossy().ends_with("-web.json"));
-        assert_eq!(a, record_path(run, Path::new("/run/runc"), "web"));
-    }
 
     #[test]
     fn a_record_for_another_pid_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/r.json");
         let record = AttachRecord {
+            id: "web".into(),
             pid: 42,
             devices: vec![(195, 0)],
             gpus: vec!["0000:06:00.0".into()],
         };
         record.save(&path).unwrap();
-        assert_eq!(AttachRecord::load(&path, 42).unwrap(), record);
-        assert_eq!(AttachRecord::load(&path, 43).unwrap().devices, vec![]);
+        assert_eq!(AttachRecord::load(&path, "web", 42).unwrap(), record);
+        assert_eq!(
+            AttachRecord::load(&path, "web", 43).unwrap().devices,
+            vec![]
+        );
+        assert_eq!(
+            AttachRecord::load(&path, "web2", 42).unwrap().devices,
+            vec![]
+        );
         std::fs::write(&path, "not json").unwrap();
-        let err = AttachRecord::load(&path, 42).unwrap_err();
+        let err = AttachRecord::load(&path, "web", 42).unwrap_err();
         assert!(err.to_string().contains("remove it"), "{err}");
     }
 }

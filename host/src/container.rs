@@ -53,9 +53,10 @@ use std::path::PathBuf;
 
 pub use create::Staged;
 pub use error::{FileKind, FsError};
-pub use journal::{Made, Unmade};
+pub use journal::{JournalSink, Made, Unmade};
 pub use mount::{
-    check_char_device, enter_mount_namespace, mkdir_at, write_at, DetachedMount, MountAttrs,
+    check_char_device, enter_mount_namespace, mkdir_at, own_mount_namespace,
+    return_to_mount_namespace, write_at, DetachedMount, MountAttrs,
 };
 pub use resolve::{refuse_host_root, Resolver};
 pub use running::Present;

@@ -38,6 +38,7 @@ use rustix::fs::{Mode, OFlags};
 use serde::{Deserialize, Serialize};
 
 use crate::files::{self, Symlink, WriteOptions};
+use crate::state::StateDir;
 
 /// Where the hook keeps its entries.
 pub const DEFAULT_DIR: &str = "/run/nvc";
@@ -85,23 +86,26 @@ struct Entry {
     identities: Vec<Identity>,
 }
 
-/// The cache in one folder.
+/// The cache in the state folder.
 #[derive(Debug, Clone)]
 pub struct RunCache {
-    dir: PathBuf,
+    state: StateDir,
 }
 
 impl Default for RunCache {
     fn default() -> Self {
-        RunCache::new(Path::new(DEFAULT_DIR))
+        RunCache::new(&StateDir::new(
+            Path::new(DEFAULT_DIR),
+            Path::new(nvc_config::DEFAULT_LEASES_DIR),
+        ))
     }
 }
 
 impl RunCache {
-    /// The cache in `dir` (made when first written to).
-    pub fn new(dir: &Path) -> Self {
+    /// The cache in `state`'s folder (made when first written to).
+    pub fn new(state: &StateDir) -> Self {
         RunCache {
-            dir: dir.to_path_buf(),
+            state: state.clone(),
         }
     }
 
@@ -115,13 +119,13 @@ impl RunCache {
                 h = h.wrapping_mul(0x0000_0100_0000_01b3);
             }
         }
-        self.dir.join(format!("driver-files-{h:016x}.json"))
+        self.state.files_cache_entry(h)
     }
 
     /// The entry for `roots` at driver `version`, or why there is none to use.
     pub fn read(&self, roots: &DriverRoots, version: &str) -> Result<DriverFiles, Refused> {
         let path = self.path_for(roots);
-        let dir = open_trusted_dir(&self.dir)?;
+        let dir = open_trusted_dir(self.state.root())?;
         let name = path.file_name().unwrap_or_default();
         let fd = rustix::fs::openat(
             &dir,
@@ -172,12 +176,12 @@ impl RunCache {
             driver: driver.clone(),
             identities,
         };
-        match rustix::fs::mkdir(&self.dir, Mode::from_raw_mode(0o755)) {
+        match rustix::fs::mkdir(self.state.root(), Mode::from_raw_mode(0o755)) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
             Err(e) => return Err(Refused::Untrusted(format!("cannot create the folder: {e}"))),
         }
         // The folder must be one this process would read from.
-        open_trusted_dir(&self.dir)?;
+        open_trusted_dir(self.state.root())?;
         let path = self.path_for(roots);
         let bytes = serde_json::to_vec(&entry).map_err(|e| Refused::Untrusted(e.to_string()))?;
         if let Err(e) = files::remove_stale_temp_files(&path, Symlink::Replace) {
@@ -405,7 +409,8 @@ mod tests {
             files: Vec::new(),
         };
         fs::create_dir(dir.path().join("run")).unwrap();
-        let cache = RunCache::new(&dir.path().join("run/nvc"));
+        let run = dir.path().join("run/nvc");
+        let cache = RunCache::new(&StateDir::new(&run, &run.join("leases")));
         Fixture {
             dir,
             roots,

@@ -102,6 +102,11 @@ pub fn update_noted(
         return Ok(None);
     }
     root.mkdir_all(Path::new("/etc"), 0o755)?;
+    if !unknown {
+        // The image's cache is kept before it is replaced: a process killed after the
+        // write still leaves what puts it back.
+        root.note_cache(original.as_deref(), &bytes);
+    }
     root.write_file(cache, &bytes, 0o644)?;
     Ok((!unknown).then_some(CacheChange {
         original,

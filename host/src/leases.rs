@@ -33,6 +33,7 @@ use libnvc::lease::{self, Conflict, Entry, GpuRef, Holder, LeaseFile, Liveness};
 use libnvc::request::{Request, VISIBLE_DEVICES};
 
 use crate::files::{self, FileError, WriteOptions};
+use crate::state::StateDir;
 
 /// How many other shared holders' files a shared start reads to remove those whose
 /// holder ended: two, so that with one new file per start the stale ones stay about as
@@ -111,7 +112,7 @@ pub enum LeaseError {
 /// The leases a container took, to give back if its start fails after all.
 #[derive(Debug)]
 pub struct Taken {
-    dir: PathBuf,
+    state: StateDir,
     me: Holder,
 }
 
@@ -120,7 +121,7 @@ pub struct Taken {
 /// take (no GPU selected), or the lease folder is not writable here and the request is
 /// shared (a rootless runtime; logged).
 pub fn take(
-    dir: &Path,
+    state: &StateDir,
     container: &str,
     pid: i32,
     request: &Request,
@@ -165,12 +166,13 @@ pub fn take(
             .unwrap_or_default(),
         exclusive: request.exclusive,
     };
-    take_for(dir, me, &gpus)
+    take_for(state, me, &gpus)
 }
 
 /// [`take`] once the holder `me` and its GPUs are known.
-fn take_for(dir: &Path, me: Holder, gpus: &[GpuRef]) -> Result<Option<Taken>, LeaseError> {
-    let _lock = match lock(dir) {
+fn take_for(state: &StateDir, me: Holder, gpus: &[GpuRef]) -> Result<Option<Taken>, LeaseError> {
+    let dir = state.leases();
+    let _lock = match lock(state) {
         Ok(lock) => lock,
         Err(source) if not_permitted(&source) => {
             if let Some(by) = me.exclusive {
@@ -188,10 +190,10 @@ fn take_for(dir: &Path, me: Holder, gpus: &[GpuRef]) -> Result<Option<Taken>, Le
         }
         Err(source) => return lock_error(dir, source),
     };
-    let others = live_holders(dir, &me)?;
+    let others = live_holders(state, &me)?;
     let file = lease::claim(&me, gpus, &others)?;
     let own = lease::file_name(&me.container, me.exclusive.is_some());
-    write_lease(&dir.join(own), &file)?;
+    write_lease(&state.lease_file(&own), &file)?;
     log::debug!(
         "container {} holds GPUs {} ({})",
         me.container,
@@ -199,7 +201,7 @@ fn take_for(dir: &Path, me: Holder, gpus: &[GpuRef]) -> Result<Option<Taken>, Le
         me.exclusive.map_or("shared", |_| "exclusively")
     );
     Ok(Some(Taken {
-        dir: dir.to_path_buf(),
+        state: state.clone(),
         me,
     }))
 }
@@ -211,7 +213,8 @@ fn take_for(dir: &Path, me: Holder, gpus: &[GpuRef]) -> Result<Option<Taken>, Le
 /// `me`, garbage, and version 1's per-GPU files; a shared `me` also reads [`SWEPT`] other
 /// shared holders' files, picked at random, and removes those whose holder ended. Called
 /// with the lock held.
-fn live_holders(dir: &Path, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
+fn live_holders(state: &StateDir, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
+    let dir = state.leases();
     let list_error = |source| LeaseError::Io {
         op: "list",
         path: dir.to_path_buf(),
@@ -230,7 +233,7 @@ fn live_holders(dir: &Path, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
         let Some(name) = name.to_str() else {
             continue;
         };
-        let path = dir.join(name);
+        let path = state.lease_file(name);
         match lease::entry(name) {
             Entry::Lock | Entry::Other => {}
             Entry::Earlier => {
@@ -324,9 +327,9 @@ impl Taken {
     /// leases are stale anyway once the runtime has removed the container's process.
     pub fn release(self) {
         let result = (|| -> Result<(), LeaseError> {
-            let _lock = lock(&self.dir).or_else(|e| lock_error(&self.dir, e))?;
+            let _lock = lock(&self.state).or_else(|e| lock_error(self.state.leases(), e))?;
             let own = lease::file_name(&self.me.container, self.me.exclusive.is_some());
-            let path = self.dir.join(own);
+            let path = self.state.lease_file(&own);
             if let Found::Lease(file) = read_lease(&path, &self.me.container) {
                 if lease::is_own(&file, &self.me) {
                     files::remove(&path)?;
@@ -349,14 +352,15 @@ impl Taken {
 /// container with the same id (under another runtime's state folder) took GPUs since.
 /// Returns whether a file was removed; none there (a container without GPUs, a rootless
 /// runtime) is nothing to do.
-pub fn end(dir: &Path, container: &str) -> Result<bool, LeaseError> {
+pub fn end(state: &StateDir, container: &str) -> Result<bool, LeaseError> {
+    let dir = state.leases();
     if !lease::valid_container_id(container) {
         return Ok(false);
     }
     // Without the lock first: most containers that end hold no GPU.
     let mut there = Vec::new();
     for exclusive in [false, true] {
-        let path = dir.join(lease::file_name(container, exclusive));
+        let path = state.lease_file(&lease::file_name(container, exclusive));
         match fs::symlink_metadata(&path) {
             Ok(_) => there.push(path),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -372,7 +376,7 @@ pub fn end(dir: &Path, container: &str) -> Result<bool, LeaseError> {
     if there.is_empty() {
         return Ok(false);
     }
-    let _lock = match lock(dir) {
+    let _lock = match lock(state) {
         Ok(lock) => lock,
         Err(source) if not_permitted(&source) => {
             log::debug!(
@@ -432,7 +436,8 @@ pub enum Listed {
 /// Every lease in `dir`, stale ones included: a line per GPU a holder holds, by GPU UUID
 /// and then in the order they were taken, then the garbage by file name; a missing
 /// folder has none. Reads without the lock: files are replaced whole.
-pub fn list(dir: &Path) -> Result<Vec<Listed>, LeaseError> {
+pub fn list(state: &StateDir) -> Result<Vec<Listed>, LeaseError> {
+    let dir = state.leases();
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -450,7 +455,7 @@ pub fn list(dir: &Path) -> Result<Vec<Listed>, LeaseError> {
     let mut held = Vec::new();
     let mut garbage = Vec::new();
     for name in &names {
-        let path = dir.join(name);
+        let path = state.lease_file(name);
         match lease::entry(name) {
             Entry::Lock | Entry::Other => {}
             Entry::Earlier => garbage.push(Listed::Garbage {
@@ -505,8 +510,10 @@ fn lock_error<T>(dir: &Path, source: io::Error) -> Result<T, LeaseError> {
     })
 }
 
-/// Creates `dir` where missing and holds its lock file until the file is dropped.
-fn lock(dir: &Path) -> io::Result<File> {
+/// Creates the lease folder where missing and holds its lock file until the file is
+/// dropped.
+fn lock(state: &StateDir) -> io::Result<File> {
+    let dir = state.leases();
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
@@ -525,7 +532,7 @@ fn lock(dir: &Path) -> io::Result<File> {
         .create(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join(lease::LOCK_FILE))?;
+        .open(state.lease_file(lease::LOCK_FILE))?;
     loop {
         match rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive) {
             Ok(()) => return Ok(file),

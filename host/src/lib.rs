@@ -31,12 +31,14 @@ pub mod files;
 pub mod files_cache;
 pub mod ldcache;
 pub mod leases;
+pub mod lifecycle;
 pub mod logging;
 pub mod phases;
 pub mod probe;
 pub mod proc_mask;
 pub mod process;
 pub mod setup;
+pub mod state;
 pub mod trace;
 
 /// Why a driver library could not answer.

@@ -24,7 +24,7 @@ use libnvc::ldcache::{CacheArch, Entry};
 use log::{debug, info, warn};
 
 use crate::container::{
-    self, ContainerRoot, DetachedMount, Filesystem, FsError, MountAttrs, Staged,
+    self, ContainerRoot, DetachedMount, FileKind, Filesystem, FsError, MountAttrs, Staged,
 };
 use crate::devcgroup::{self, CharDevice, DeviceCgroup};
 use crate::ldcache::CacheChange;
@@ -59,6 +59,9 @@ pub struct Target {
     /// rootfs that lacks a file to mount is refused. An existing `/proc/driver/nvidia`
     /// mask is replaced.
     pub running: bool,
+    /// Where what is made in the rootfs is written as it is made (the container's record),
+    /// besides the [`Trace`] set-up returns.
+    pub journal: Option<std::sync::Arc<dyn crate::container::JournalSink>>,
 }
 
 /// Why the container could not be set up.
@@ -90,15 +93,47 @@ pub fn set_up(
     planned: &ContainerEdits,
     target: &Target,
 ) -> Result<ContainerEdits, SetupError> {
-    set_up_noted(driver, planned, target).map(|(edits, _)| edits)
+    set_up_noted(driver, planned, target)
+        .map(|(edits, _)| edits)
+        .map_err(|failed| failed.error)
+}
+
+/// A set-up that failed part way: why, and what it had made by then (to take away).
+#[derive(Debug)]
+pub struct Failed {
+    /// Why.
+    pub error: SetupError,
+    /// What was made in the rootfs before it failed.
+    pub made: Trace,
 }
 
 /// [`set_up`], saying also what it made in the rootfs and the ld.so.cache it wrote
-/// ([`Trace`]), for the record the hook keeps to take them away when the container ends.
+/// ([`Trace`]), for the record the hook keeps to take them away when the container ends;
+/// on failure, what it had made by then ([`Failed`]).
 pub fn set_up_noted(
     driver: &Driver,
     planned: &ContainerEdits,
     target: &Target,
+) -> Result<(ContainerEdits, Trace), Failed> {
+    let mut opened = None;
+    set_up_in(driver, planned, target, &mut opened).map_err(|error| Failed {
+        error,
+        made: Trace {
+            made: opened
+                .map(|root: ContainerRoot| root.made())
+                .unwrap_or_default(),
+            ldcache: None,
+        },
+    })
+}
+
+/// [`set_up_noted`]'s work; the root it opened is left in `opened`, so that what it made
+/// is known when it fails.
+fn set_up_in(
+    driver: &Driver,
+    planned: &ContainerEdits,
+    target: &Target,
+    opened: &mut Option<ContainerRoot>,
 ) -> Result<(ContainerEdits, Trace), SetupError> {
     let mut phases = crate::phases::Phases::start("set up");
     if !target.running {
@@ -179,6 +214,10 @@ pub fn set_up_noted(
     if target.readonly {
         root.set_read_only();
     }
+    if let Some(journal) = &target.journal {
+        root.journal_to(journal.clone());
+    }
+    let root = &*opened.insert(root);
     let layout = ContainerLayout::of_image(|p| root.is_dir(p));
     // The plan placed the libraries in the default folders; the image's own are known
     // only here.
@@ -197,10 +236,10 @@ pub fn set_up_noted(
         .map(|m| m.container_path.as_path())
         .chain(node_sources.iter().map(|(n, _)| n.path.as_path()))
         .chain([Path::new(STAGE)]);
-    let runtime_tmpfs = RuntimeTmpfs::open(&root, &target.tmpfs_mounts, needed)?;
+    let runtime_tmpfs = RuntimeTmpfs::open(root, &target.tmpfs_mounts, needed)?;
     let mut skip = Vec::new();
     if target.running {
-        skip = crate::attach::already_mounted(&root, &edits)?;
+        skip = already_mounted(root, &edits)?;
         if let Some(m) = edits
             .mounts
             .iter()
@@ -217,7 +256,7 @@ pub fn set_up_noted(
     // can make files there: not in a user namespace the hook is not in (Docker's
     // userns-remap, a spec with uid mappings run by root), whose /dev takes no file owned by
     // a user it does not map (EOVERFLOW); their mount points are then made in place.
-    let stage = match runtime_tmpfs.stage(&root) {
+    let stage = match runtime_tmpfs.stage(root) {
         Some(dev)
             if !root.is_read_only()
                 && edits.mounts.iter().any(|m| m.kind != MountKind::Directory) =>
@@ -242,9 +281,9 @@ pub fn set_up_noted(
             continue;
         };
         mounted_now += 1;
-        let (on, path) = runtime_tmpfs.place(&root, &m.container_path);
+        let (on, path) = runtime_tmpfs.place(root, &m.container_path);
         // A file on the rootfs's mount (not one already on a runtime tmpfs).
-        let staged_on = stage.filter(|_| m.kind != MountKind::Directory && std::ptr::eq(on, &root));
+        let staged_on = stage.filter(|_| m.kind != MountKind::Directory && std::ptr::eq(on, root));
         if let Some(dev) = staged_on {
             // The file's name in the image's folder is a link to its mount point on the
             // runtime's /dev: a layer committed from the running container holds a
@@ -269,8 +308,8 @@ pub fn set_up_noted(
     }
     phases.mark("mounts");
     for (node, src) in node_sources {
-        let (on, path) = runtime_tmpfs.place(&root, &node.path);
-        if target.running && crate::attach::node_present(on, &path, node.major, node.minor)? {
+        let (on, path) = runtime_tmpfs.place(root, &node.path);
+        if target.running && node_present(on, &path, node.major, node.minor)? {
             continue;
         }
         let point = on.device_mount_point(&path, node.major, node.minor)?;
@@ -297,11 +336,11 @@ pub fn set_up_noted(
     phases.mark("links");
     if proc_mask.is_some() && target.running {
         // A running container's old mask goes first.
-        crate::attach::unmask(&root)?;
+        unmask(root)?;
     }
     if let Some(mask) = proc_mask {
         // No procfs, or none with the driver's folder: nothing of the host to hide.
-        let masked = mask.apply(&root)?;
+        let masked = mask.apply(root)?;
         debug!("/proc/driver/nvidia: {masked:?}");
     }
     phases.mark("proc-mask");
@@ -310,7 +349,7 @@ pub fn set_up_noted(
         && !edits.ldcache_dirs.is_empty()
         && (!target.running || mounted_now > 0)
     {
-        ldcache = update_ldcache(&root, driver, &edits)?;
+        ldcache = update_ldcache(root, driver, &edits)?;
     }
     phases.mark("ldcache");
     phases.log();
@@ -326,6 +365,45 @@ pub fn set_up_noted(
         ldcache,
     };
     Ok((edits, trace))
+}
+
+/// The container paths of `edits`'s mounts that are mounted already (a mount of their own,
+/// from the runtime or an earlier setup): attaching leaves them.
+pub fn already_mounted(
+    root: &ContainerRoot,
+    edits: &ContainerEdits,
+) -> Result<Vec<PathBuf>, FsError> {
+    let mut out = Vec::new();
+    for m in &edits.mounts {
+        if root.present(&m.container_path)?.is_some_and(|p| p.mounted) {
+            out.push(m.container_path.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the device node `path` of `on` is there already: mounted over, or the
+/// character device `major:minor` itself.
+pub fn node_present(
+    on: &ContainerRoot,
+    path: &Path,
+    major: u32,
+    minor: u32,
+) -> Result<bool, FsError> {
+    Ok(on
+        .present(path)?
+        .is_some_and(|p| p.mounted || p.kind == FileKind::CharDevice(major, minor)))
+}
+
+/// Takes an earlier mask off the container's `/proc/driver/nvidia` (mounted over its
+/// procfs), so that a new one shows the GPUs attached since.
+pub fn unmask(root: &ContainerRoot) -> Result<(), FsError> {
+    if let Some(proc) = root.submount(Path::new("/proc"), Filesystem::Procfs)? {
+        if proc.unmount(Path::new("/driver/nvidia"))? {
+            info!("took the old mask off /proc/driver/nvidia");
+        }
+    }
+    Ok(())
 }
 
 /// The runtime's fresh tmpfs mounts that hold something nvc mounts: the spec's `tmpfs`

@@ -1,38 +1,48 @@
 //! Leaving no trace in the image: what the prestart hook made in a container's rootfs
 //! (mount points, folders, links: [`Made`]) and the ld.so.cache it wrote over the image's
 //! are recorded on the host, and taken away when the container ends (`nvc-hook
-//! poststop`), so that a rootfs reused for another container, or a layer committed from
-//! a stopped one, holds nothing nvc put there.
+//! poststop`), when its start fails part way, or, where the hook was killed, by the next
+//! start or poststop hook on the same rootfs; so that a rootfs reused for another
+//! container, or a layer committed from a stopped one, holds nothing nvc put there.
 //!
-//! The record is a folder per container under the configured state folder
-//! (`<hook.state-dir>/containers/<id>-<bundle hash>`, root's, mode 0700, on the host's
-//! `/run` by default: a container cannot reach it, and a reboot empties it): `record.json`
-//! and, where the image had one, `ld.so.cache.orig`. The hook opens it before it enters the
-//! container's mount namespace and writes it through that folder's fd.
+//! The record is a folder per container in its rootfs's folder of the state folder
+//! ([`crate::state`], which names it and holds the rootfs's lock): `record.json` (whose
+//! container: id, bundle, rootfs, init process; written before anything is made),
+//! `made` (a journal: one line per thing made, appended as it is made, and one for the
+//! ld.so.cache before it is replaced) and `ld.so.cache.orig` (the image's cache, kept
+//! before it is replaced). Once set-up is done, `record.json` is written whole with
+//! everything made and the journal removed. The hook opens the folder before it enters
+//! the container's mount namespace and writes through that folder's fd.
 //!
-//! Undoing takes away only what is still as nvc made it: an empty regular file, an empty
-//! folder, a link to the same target; the cache only if it is still the one written (a
-//! user's own `ldconfig` since then is theirs). Everything is resolved inside the rootfs
-//! as the hook resolves it ([`ContainerRoot`]). When another container that is still
-//! running shares the rootfs (the same folder as root, as plain runc bundles may), its
-//! mounts may sit on what this one made: the record is handed over to it instead, and
-//! the last one to end takes everything away.
+//! A record is used only by its own container: the id and bundle inside must be the ones
+//! asking. Undoing takes away only what is still as nvc made it: an empty regular file, an
+//! empty folder, a link to the same target; the cache only if it is still the one written
+//! (a user's own `ldconfig` since then is theirs). Everything is resolved inside the
+//! rootfs as the hook resolves it ([`ContainerRoot`]). When another container that is
+//! still running shares the rootfs (the same folder as root, as plain runc bundles may),
+//! its mounts may sit on what this one made: the record is handed over to it instead, and
+//! the last one to end takes everything away. A record whose container no longer runs is
+//! taken away by whoever next holds the rootfs's lock ([`sweep`]).
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use log::{debug, info, warn};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
-use crate::container::{ContainerRoot, FsError, Made, Unmade};
+use crate::container::{ContainerRoot, FsError, JournalSink, Made, Unmade};
 use crate::ldcache::{CacheChange, LD_CACHE};
+use crate::state::{RootfsState, StateError};
 
 /// The record's file in a container's folder.
 const RECORD: &str = "record.json";
+/// The journal of what was made, while the container is set up.
+const JOURNAL: &str = "made";
 /// The image's ld.so.cache, kept.
 const ORIGINAL_CACHE: &str = "ld.so.cache.orig";
 /// The most a record or a kept cache may hold.
@@ -61,6 +71,9 @@ pub enum TraceError {
         #[source]
         source: serde_json::Error,
     },
+    /// The state folder could not be used.
+    #[error(transparent)]
+    State(#[from] StateError),
     /// Taking something away in the rootfs failed.
     #[error(transparent)]
     Fs(#[from] FsError),
@@ -86,8 +99,9 @@ impl Trace {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 struct Record {
-    /// The container's id.
+    /// The container's id and bundle: whose record it is.
     id: String,
+    bundle: PathBuf,
     /// The rootfs on the host, and its device and inode: the same folder at the end.
     rootfs: PathBuf,
     rootfs_dev: u64,
@@ -102,6 +116,13 @@ struct Record {
     ldcache: Option<CacheNote>,
 }
 
+impl Record {
+    /// Whether its container still runs.
+    fn runs(&self) -> bool {
+        crate::process::start_time(self.pid) == Some(self.pid_start)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 struct CacheNote {
@@ -112,14 +133,22 @@ struct CacheNote {
 }
 
 impl CacheNote {
-    /// The note of `change`: whether the image had a cache, and what was written.
-    fn of(change: &CacheChange) -> CacheNote {
+    /// The note of a cache `written` over `original`.
+    fn of(original: Option<&[u8]>, written: &[u8]) -> CacheNote {
         CacheNote {
-            had_one: change.original.is_some(),
-            written_len: change.written.len() as u64,
-            written_hash: fnv1a(&change.written),
+            had_one: original.is_some(),
+            written_len: written.len() as u64,
+            written_hash: fnv1a(written),
         }
     }
+}
+
+/// One line of the journal.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Line {
+    Made(Made),
+    Cache(CacheNote),
 }
 
 /// FNV-1a, 64 bits: stable across builds, unlike the standard library's hasher.
@@ -127,42 +156,6 @@ fn fnv1a(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
-}
-
-/// The container's folder name: its rootfs (device and inode, so that looking for
-/// another container on the same rootfs opens only those records, however many others
-/// a host keeps), its id and a hash of its bundle (ids are unique only per runtime state
-/// folder).
-fn folder_name(id: &str, bundle: &Path, rootfs: (u64, u64)) -> String {
-    format!(
-        "{}{}",
-        rootfs_prefix(rootfs),
-        legacy_folder_name(id, bundle)
-    )
-}
-
-/// The start of the folder names of the records of containers on `rootfs`.
-fn rootfs_prefix((dev, ino): (u64, u64)) -> String {
-    format!("r{dev:x}-{ino:x}-")
-}
-
-/// The folder name of a record written by nvc before the rootfs was in it.
-fn legacy_folder_name(id: &str, bundle: &Path) -> String {
-    let safe: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(128)
-        .collect();
-    format!(
-        "{safe}-{:016x}",
-        fnv1a(bundle.as_os_str().as_encoded_bytes())
-    )
 }
 
 fn io(op: &'static str, path: &Path) -> impl FnOnce(Errno) -> TraceError {
@@ -174,157 +167,120 @@ fn io(op: &'static str, path: &Path) -> impl FnOnce(Errno) -> TraceError {
     }
 }
 
-/// `<state_dir>/containers`, made where missing (mode 0700), opened.
-fn containers_dir(state_dir: &Path) -> Result<(PathBuf, OwnedFd), TraceError> {
-    let dir = state_dir.join("containers");
-    let open = || {
-        rustix::fs::open(
-            &dir,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-    };
-    // Made (mode 0700) only the first time: this runs at every GPU container's start.
-    let fd = match open() {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => {
-            // The state folder as other nvc parts make it; this one root's alone.
-            let made = std::fs::create_dir_all(state_dir).and_then(|()| {
-                let mut builder = std::fs::DirBuilder::new();
-                std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-                match builder.create(&dir) {
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-                    other => other,
-                }
-            });
-            made.map_err(|source| TraceError::Io {
-                op: "create",
-                path: dir.clone(),
-                source,
-            })?;
-            open().map_err(io("open", &dir))?
-        }
-        Err(e) => return Err(io("open", &dir)(e)),
-    };
-    Ok((dir, fd))
-}
-
-/// The lock of one rootfs, held by a prestart hook from before it makes anything there
-/// until its record is written, and by a poststop hook while it takes things away: a
-/// container ending on a rootfs another is being set up on waits, and then sees it
-/// (and hands its record over). A file in the state folder, per rootfs (device and
-/// inode), which no container reaches; released when dropped.
-#[derive(Debug)]
-pub struct RootfsLock {
-    _file: File,
-}
-
-/// Takes the lock of `rootfs` ([`RootfsLock`]), waiting for it (the hook's deadline
-/// bounds the wait).
-pub fn lock_rootfs(state_dir: &Path, rootfs: &Path) -> Result<RootfsLock, TraceError> {
-    let st = rustix::fs::stat(rootfs).map_err(io("stat", rootfs))?;
-    let (dir, dir_fd) = containers_dir(state_dir)?;
-    let name = format!(".rootfs-{}-{}.lock", st.st_dev, st.st_ino);
-    let path = dir.join(&name);
-    let fd = rustix::fs::openat(
-        &dir_fd,
-        name.as_str(),
-        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(io("open", &path))?;
-    rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive).map_err(io("lock", &path))?;
-    Ok(RootfsLock {
-        _file: File::from(fd),
-    })
-}
-
 /// A container's record folder, opened in the host's mount namespace before the hook
-/// enters the container's.
+/// enters the container's; also the journal of what set-up makes ([`JournalSink`]).
 #[derive(Debug)]
 pub struct RecordDir {
     path: PathBuf,
     fd: OwnedFd,
-    id: String,
-    /// The rootfs, its device and inode, the init's pid and start time: read in the
-    /// host's namespaces when the folder is made.
-    rootfs: Option<(PathBuf, u64, u64, i32, u64)>,
+    record: Record,
+    journal: Arc<RecordJournal>,
+}
+
+/// The journal of a record folder: what set-up makes, line by line, and the image's
+/// cache before it is replaced.
+#[derive(Debug)]
+struct RecordJournal {
+    path: PathBuf,
+    dir: OwnedFd,
+    file: Mutex<File>,
 }
 
 impl RecordDir {
     /// Makes (afresh: a stale one of the same name is replaced) and opens the record
-    /// folder of container `id` of `bundle`, whose rootfs is `rootfs` and init `pid`.
+    /// folder of container `id` of `bundle` in `rootfs`'s folder `state`, with its
+    /// `record.json` (nothing made yet) and an empty journal; `pid` is its init.
     pub fn create(
-        state_dir: &Path,
+        state: &RootfsState,
         id: &str,
         bundle: &Path,
         rootfs: &Path,
         pid: i32,
     ) -> Result<RecordDir, TraceError> {
-        let st = rustix::fs::stat(rootfs).map_err(io("stat", rootfs))?;
-        let (parent, parent_fd) = containers_dir(state_dir)?;
-        let name = folder_name(id, bundle, (st.st_dev, st.st_ino));
-        let path = parent.join(&name);
-        remove_folder(&parent_fd, &name, &path);
-        rustix::fs::mkdirat(&parent_fd, name.as_str(), Mode::from_raw_mode(0o700))
+        let name = RootfsState::record_name(id, bundle);
+        let path = state.path().join(&name);
+        remove_folder(state.dir(), &name, &path);
+        rustix::fs::mkdirat(state.dir(), name.as_str(), Mode::from_raw_mode(0o700))
             .map_err(io("create", &path))?;
         let fd = rustix::fs::openat(
-            &parent_fd,
+            state.dir(),
             name.as_str(),
             OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
         )
         .map_err(io("open", &path))?;
-        Ok(RecordDir {
-            path,
-            fd,
-            id: id.to_string(),
-            rootfs: Some((
-                rootfs.to_path_buf(),
-                st.st_dev,
-                st.st_ino,
-                pid,
-                crate::process::start_time(pid).unwrap_or(0),
-            )),
-        })
-    }
-
-    /// Writes the record of `trace`; an empty trace removes the folder. Works through
-    /// the folder's fd, from any mount namespace.
-    pub fn save(self, trace: &Trace) -> Result<(), TraceError> {
-        let Some((rootfs, rootfs_dev, rootfs_ino, pid, pid_start)) = self.rootfs.clone() else {
-            return Ok(());
-        };
-        if trace.is_empty() {
-            return Ok(());
-        }
-        let mut ldcache = None;
-        if let Some(change) = &trace.ldcache {
-            if let Some(original) = &change.original {
-                self.write(ORIGINAL_CACHE, original)?;
-            }
-            ldcache = Some(CacheNote::of(change));
-        }
+        let (rootfs_dev, rootfs_ino) = state.rootfs_id();
         let record = Record {
-            id: self.id.clone(),
-            rootfs,
+            id: id.to_string(),
+            bundle: bundle.to_path_buf(),
+            rootfs: rootfs.to_path_buf(),
             rootfs_dev,
             rootfs_ino,
             pid,
-            pid_start,
-            made: trace.made.clone(),
-            ldcache,
+            pid_start: crate::process::start_time(pid).unwrap_or(0),
+            made: Vec::new(),
+            ldcache: None,
         };
-        let json = serde_json::to_vec_pretty(&record).map_err(|source| TraceError::Bad {
-            path: self.path.join(RECORD),
-            source,
-        })?;
-        self.write(RECORD, &json)?;
+        write_record(&fd, &path, &record)?;
+        let journal = rustix::fs::openat(
+            &fd,
+            JOURNAL,
+            OFlags::WRONLY
+                | OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::APPEND
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(io("create", &path.join(JOURNAL)))?;
+        let journal = Arc::new(RecordJournal {
+            path: path.clone(),
+            dir: fd.try_clone().map_err(|source| TraceError::Io {
+                op: "open",
+                path: path.clone(),
+                source,
+            })?,
+            file: Mutex::new(File::from(journal)),
+        });
+        Ok(RecordDir {
+            path,
+            fd,
+            record,
+            journal,
+        })
+    }
+
+    /// The journal that set-up writes what it makes to, as it makes it
+    /// ([`ContainerRoot::journal_to`]).
+    pub fn journal(&self) -> Arc<dyn JournalSink> {
+        self.journal.clone()
+    }
+
+    /// Writes the record of `trace` whole and removes the journal; an empty trace
+    /// removes the folder. Works through the folder's fd, from any mount namespace.
+    pub fn save(mut self, state: &RootfsState, trace: &Trace) -> Result<(), TraceError> {
+        if trace.is_empty() {
+            let name = self.name();
+            remove_folder(state.dir(), &name, &self.path);
+            return Ok(());
+        }
+        self.record.made = trace.made.clone();
+        if let Some(change) = &trace.ldcache {
+            let kept = rustix::fs::statat(&self.fd, ORIGINAL_CACHE, AtFlags::SYMLINK_NOFOLLOW);
+            if let (Some(original), Err(_)) = (&change.original, kept) {
+                // Set up without this record's journal: the image's cache is kept now.
+                write_in(&self.fd, &self.path, ORIGINAL_CACHE, original)?;
+            }
+            self.record.ldcache = Some(CacheNote::of(change.original.as_deref(), &change.written));
+        }
+        self.write_record()?;
+        let _ = rustix::fs::unlinkat(&self.fd, JOURNAL, AtFlags::empty());
         debug!(
             "recorded {} things made in {} and {} ld.so.cache ({})",
-            record.made.len(),
-            record.rootfs.display(),
-            if record.ldcache.is_some() {
+            self.record.made.len(),
+            self.record.rootfs.display(),
+            if self.record.ldcache.is_some() {
                 "the"
             } else {
                 "no"
@@ -334,27 +290,81 @@ impl RecordDir {
         Ok(())
     }
 
-    /// Writes `name` whole: a new file by a temporary name, renamed over it, so that a
-    /// reader never sees part of one.
-    fn write(&self, name: &str, data: &[u8]) -> Result<(), TraceError> {
-        let path = self.path.join(name);
-        let tmp = format!(".{name}.new");
-        let fd = rustix::fs::openat(
-            &self.fd,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )
-        .map_err(io("create", &path))?;
-        File::from(fd)
-            .write_all(data)
-            .map_err(|source| TraceError::Io {
-                op: "write",
-                path: path.clone(),
-                source,
-            })?;
-        rustix::fs::renameat(&self.fd, tmp.as_str(), &self.fd, name).map_err(io("rename", &path))
+    /// Removes the record folder: its container was not started.
+    pub fn remove(self, state: &RootfsState) {
+        let name = self.name();
+        remove_folder(state.dir(), &name, &self.path);
     }
+
+    fn name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    fn write_record(&self) -> Result<(), TraceError> {
+        write_record(&self.fd, &self.path, &self.record)
+    }
+}
+
+fn write_record(dir: &OwnedFd, path: &Path, record: &Record) -> Result<(), TraceError> {
+    let json = serde_json::to_vec(record).map_err(|source| TraceError::Bad {
+        path: path.join(RECORD),
+        source,
+    })?;
+    write_in(dir, path, RECORD, &json)
+}
+
+impl RecordJournal {
+    /// Appends `line`; a failure is logged (what it names then stays in the rootfs should
+    /// the hook be killed before its record is written).
+    fn append(&self, line: &Line) {
+        let mut bytes = serde_json::to_vec(line).unwrap_or_default();
+        bytes.push(b'\n');
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = file.write_all(&bytes) {
+            warn!("cannot write {}: {e}", self.path.join(JOURNAL).display());
+        }
+    }
+}
+
+impl JournalSink for RecordJournal {
+    fn made(&self, made: &Made) {
+        self.append(&Line::Made(made.clone()));
+    }
+
+    fn cache(&self, original: Option<&[u8]>, written: &[u8]) {
+        if let Some(original) = original {
+            if let Err(e) = write_in(&self.dir, &self.path, ORIGINAL_CACHE, original) {
+                warn!("{}", libnvc::report::error_chain(&e));
+                return;
+            }
+        }
+        self.append(&Line::Cache(CacheNote::of(original, written)));
+    }
+}
+
+/// Writes `name` in the folder `dir` (at `path`) whole, by a temporary name renamed over
+/// it.
+fn write_in(dir: &OwnedFd, path: &Path, name: &str, data: &[u8]) -> Result<(), TraceError> {
+    let path = path.join(name);
+    let tmp = format!(".{name}.new");
+    let fd = rustix::fs::openat(
+        dir,
+        tmp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(io("create", &path))?;
+    File::from(fd)
+        .write_all(data)
+        .map_err(|source| TraceError::Io {
+            op: "write",
+            path: path.clone(),
+            source,
+        })?;
+    rustix::fs::renameat(dir, tmp.as_str(), dir, name).map_err(io("rename", &path))
 }
 
 /// Reads `name` in the folder `dir` (at `path`, for messages), a regular file of at most
@@ -394,7 +404,7 @@ fn remove_folder(parent: &OwnedFd, name: &str, path: &Path) {
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     ) {
-        for file in [RECORD, ORIGINAL_CACHE] {
+        for file in [RECORD, JOURNAL, ORIGINAL_CACHE] {
             let _ = rustix::fs::unlinkat(&fd, file, AtFlags::empty());
             let _ = rustix::fs::unlinkat(&fd, format!(".{file}.new").as_str(), AtFlags::empty());
         }
@@ -409,55 +419,51 @@ fn remove_folder(parent: &OwnedFd, name: &str, path: &Path) {
 /// The record of a running container, opened for `nvc attach` to add what it makes
 /// ([`Addition::save`]): its prestart hook's, or a new one where it has none (it started
 /// with no driver files). Opened in the host's mount namespace, before attaching enters
-/// the container's, and written through file descriptors after; the rootfs's lock
-/// ([`lock_rootfs`]) is held from one to the other.
+/// the container's, and written through file descriptors after; the rootfs's lock is
+/// held by the caller from one to the other.
 #[derive(Debug)]
-pub struct Addition {
-    _lock: RootfsLock,
-    to: AddTo,
-}
-
-#[derive(Debug)]
-enum AddTo {
+pub enum Addition {
+    /// A new record.
     New(RecordDir),
-    Existing {
-        parent: OwnedFd,
-        dir: PathBuf,
-        found: Found,
-    },
+    /// The container's record, read.
+    Existing(Found),
 }
 
 impl Addition {
-    /// Opens the record of container `id` of `bundle`, whose rootfs is `rootfs` and
-    /// init `pid` (a record of an earlier container of the same name is replaced).
+    /// Opens the record of container `id` of `bundle` in `rootfs`'s folder `state`, whose
+    /// init is `pid` (a record of an earlier container of the same name is replaced).
     pub fn open(
-        state_dir: &Path,
+        state: &RootfsState,
         id: &str,
         bundle: &Path,
         rootfs: &Path,
         pid: i32,
     ) -> Result<Addition, TraceError> {
-        let lock = lock_rootfs(state_dir, rootfs)?;
-        let st = rustix::fs::stat(rootfs).map_err(io("stat", rootfs))?;
-        let (dir, parent) = containers_dir(state_dir)?;
-        let name = folder_name(id, bundle, (st.st_dev, st.st_ino));
-        let found = read_record(&parent, &dir, &name)?.filter(|found| {
+        let name = RootfsState::record_name(id, bundle);
+        let found = read_record(state, &name, id, bundle)?.filter(|found| {
             found.record.pid == pid
                 && crate::process::start_time(pid) == Some(found.record.pid_start)
         });
-        let to = match found {
-            Some(found) => AddTo::Existing { parent, dir, found },
-            None => AddTo::New(RecordDir::create(state_dir, id, bundle, rootfs, pid)?),
-        };
-        Ok(Addition { _lock: lock, to })
+        Ok(match found {
+            Some(found) => Addition::Existing(found),
+            None => Addition::New(RecordDir::create(state, id, bundle, rootfs, pid)?),
+        })
+    }
+
+    /// The journal to give the container's root while attaching, for a new record.
+    pub fn journal(&self) -> Option<&RecordDir> {
+        match self {
+            Addition::New(record) => Some(record),
+            Addition::Existing(_) => None,
+        }
     }
 
     /// Adds `trace` to the record. The image's ld.so.cache stays the one kept: the
     /// cache written now is the one the poststop hook expects to find.
-    pub fn save(self, trace: &Trace) -> Result<(), TraceError> {
-        let (parent, dir, mut found) = match self.to {
-            AddTo::New(record) => return record.save(trace),
-            AddTo::Existing { parent, dir, found } => (parent, dir, found),
+    pub fn save(self, state: &RootfsState, trace: &Trace) -> Result<(), TraceError> {
+        let mut found = match self {
+            Addition::New(record) => return record.save(state, trace),
+            Addition::Existing(found) => found,
         };
         if trace.is_empty() {
             return Ok(());
@@ -465,7 +471,7 @@ impl Addition {
         found.record.made.extend(trace.made.iter().cloned());
         let mut original = None;
         if let Some(change) = &trace.ldcache {
-            let written = CacheNote::of(change);
+            let written = CacheNote::of(change.original.as_deref(), &change.written);
             match &mut found.record.ldcache {
                 // The image's is kept already; the one written now replaced the hook's.
                 Some(note) => {
@@ -478,7 +484,7 @@ impl Addition {
                 }
             }
         }
-        hand_over(&parent, &dir, &found, original)
+        hand_over(state, &found, original)
     }
 }
 
@@ -493,30 +499,49 @@ pub struct Undone {
     pub cache_restored: bool,
     /// The container the record was handed to, when one still running shares the rootfs.
     pub handed_to: Option<String>,
+    /// Records of containers that ended without their poststop hook, taken away too.
+    pub swept: usize,
 }
 
-/// A record read back, with its folder.
+/// A record read back, with its folder's name.
 #[derive(Debug)]
-struct Found {
+pub struct Found {
     name: String,
     record: Record,
     original: Option<Vec<u8>>,
 }
 
-fn read_record(parent: &OwnedFd, dir: &Path, name: &str) -> Result<Option<Found>, TraceError> {
-    read_record_with(parent, dir, name, true)
+/// The record `name` in `state`, with its journal's lines and the kept cache, when it is
+/// container `id`'s of `bundle`; a record of another container under that name (which
+/// no name made by [`crate::state`] can be) is left alone, logged.
+fn read_record(
+    state: &RootfsState,
+    name: &str,
+    id: &str,
+    bundle: &Path,
+) -> Result<Option<Found>, TraceError> {
+    let found = read_any(state, name)?;
+    Ok(found.filter(|f| {
+        let mine = f.record.id == id && f.record.bundle == bundle;
+        if !mine {
+            warn!(
+                "{} holds the record of container {} of {}, not of {id} of {}: left alone",
+                state.path().join(name).display(),
+                f.record.id,
+                f.record.bundle.display(),
+                bundle.display()
+            );
+        }
+        mine
+    }))
 }
 
-/// [`read_record`]; the image's cache kept beside the record only when `original`.
-fn read_record_with(
-    parent: &OwnedFd,
-    dir: &Path,
-    name: &str,
-    original: bool,
-) -> Result<Option<Found>, TraceError> {
-    let path = dir.join(name);
+/// The record folder `name` in `state`, whoever's it is: `record.json` with its journal's
+/// lines added, and the kept cache.
+fn read_any(state: &RootfsState, name: &str) -> Result<Option<Found>, TraceError> {
+    let path = state.path().join(name);
     let fd = match rustix::fs::openat(
-        parent,
+        state.dir(),
         name,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
@@ -528,14 +553,21 @@ fn read_record_with(
     let Some(json) = read_in(&fd, RECORD, &path.join(RECORD))? else {
         return Ok(None);
     };
-    let record: Record = serde_json::from_slice(&json).map_err(|source| TraceError::Bad {
+    let mut record: Record = serde_json::from_slice(&json).map_err(|source| TraceError::Bad {
         path: path.join(RECORD),
         source,
     })?;
-    let original = match original {
-        true => read_in(&fd, ORIGINAL_CACHE, &path.join(ORIGINAL_CACHE))?,
-        false => None,
-    };
+    if let Some(journal) = read_in(&fd, JOURNAL, &path.join(JOURNAL))? {
+        // A killed writer's last line may be cut short: every whole line counts.
+        for line in journal.split(|b| *b == b'\n') {
+            match serde_json::from_slice::<Line>(line) {
+                Ok(Line::Made(made)) => record.made.push(made),
+                Ok(Line::Cache(note)) => record.ldcache = Some(note),
+                Err(_) => {}
+            }
+        }
+    }
+    let original = read_in(&fd, ORIGINAL_CACHE, &path.join(ORIGINAL_CACHE))?;
     Ok(Some(Found {
         name: name.to_string(),
         record,
@@ -543,82 +575,117 @@ fn read_record_with(
     }))
 }
 
-/// Another record for the same rootfs whose container still runs.
-fn live_sharer(parent: &OwnedFd, dir: &Path, me: &Found) -> Option<Found> {
-    let prefix = rootfs_prefix((me.record.rootfs_dev, me.record.rootfs_ino));
-    let names = std::fs::read_dir(dir).ok()?;
-    for entry in names.flatten() {
-        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
-            continue;
-        };
-        // Only the records of containers on the same rootfs.
-        if name == me.name || !name.starts_with(&prefix) {
+/// Another record in `state` whose container still runs on the same rootfs.
+fn live_sharer(state: &RootfsState, me: &Found) -> Option<Found> {
+    for name in state.records().ok()? {
+        if name == me.name {
             continue;
         }
-        // Every other container's record is looked at: its cache only for the sharer.
-        let Ok(Some(other)) = read_record_with(parent, dir, &name, false) else {
+        let Ok(Some(other)) = read_any(state, &name) else {
             continue;
         };
         let same_root = (other.record.rootfs_dev, other.record.rootfs_ino)
             == (me.record.rootfs_dev, me.record.rootfs_ino);
-        if same_root && crate::process::start_time(other.record.pid) == Some(other.record.pid_start)
-        {
-            return read_record(parent, dir, &name).ok().flatten();
+        if same_root && other.record.runs() {
+            return Some(other);
         }
     }
     None
 }
 
+/// Takes away, under the rootfs's lock (`state`), what the records there of containers
+/// that no longer run name (their poststop hook never ran: a hook or a runtime killed),
+/// and removes those records; all but `keep`. Returns how many it took away.
+pub fn sweep(state: &RootfsState, rootfs: &Path, keep: Option<&str>) -> usize {
+    let Ok(names) = state.records() else {
+        return 0;
+    };
+    let mut swept = 0;
+    for name in names {
+        if Some(name.as_str()) == keep {
+            continue;
+        }
+        let found = match read_any(state, &name) {
+            Ok(Some(found)) if found.record.runs() => continue,
+            Ok(found) => found,
+            Err(e) => {
+                warn!("{}", libnvc::report::error_chain(&e));
+                None
+            }
+        };
+        if let Some(found) = &found {
+            info!(
+                "container {} ended without its poststop hook: taking away what nvc made \
+                 for it",
+                found.record.id
+            );
+            if let Err(e) = undo_found(state, found, rootfs) {
+                warn!("{}", libnvc::report::error_chain(&e));
+            }
+        }
+        // Also a folder without a record: a hook killed between making it and writing.
+        remove_folder(state.dir(), &name, &state.path().join(&name));
+        swept += 1;
+    }
+    swept
+}
+
 /// Takes away what the hook made for container `id` of `bundle` in `rootfs` (opened in
 /// the caller's mount namespace: the host's, after the container ended), puts the image's
-/// ld.so.cache back and removes the record. No record: nothing to do.
+/// ld.so.cache back and removes the record; then [`sweep`]s the records of containers that
+/// ended without theirs. No record: nothing to do but the sweep. Called with the rootfs's
+/// lock held (`state`).
 pub fn undo(
-    state_dir: &Path,
+    state: &RootfsState,
     id: &str,
     bundle: &Path,
     rootfs: &Path,
 ) -> Result<Undone, TraceError> {
-    let (dir, parent) = containers_dir(state_dir)?;
-    // A rootfs that is gone has nothing to take away: its record is looked for only under
-    // the name of before (undo_found says why when it exists).
-    let mut name = legacy_folder_name(id, bundle);
-    let mut found = None;
-    if let Ok(st) = rustix::fs::stat(rootfs) {
-        name = folder_name(id, bundle, (st.st_dev, st.st_ino));
-        found = read_record(&parent, &dir, &name)?;
-    }
-    if found.is_none() {
-        name = legacy_folder_name(id, bundle);
-        found = read_record(&parent, &dir, &name)?;
-    }
-    let Some(me) = found else {
-        debug!("no record of what was made for container {id}");
-        remove_folder(&parent, &name, &dir.join(&name));
-        return Ok(Undone::default());
+    let name = RootfsState::record_name(id, bundle);
+    let mut undone = match read_record(state, &name, id, bundle)? {
+        Some(me) => {
+            let result = undo_found(state, &me, rootfs);
+            remove_folder(state.dir(), &name, &state.path().join(&name));
+            result?
+        }
+        None => {
+            debug!("no record of what was made for container {id}");
+            Undone::default()
+        }
     };
-    let result = undo_found(&parent, &dir, &me, rootfs);
-    remove_folder(&parent, &name, &dir.join(&name));
-    result
+    undone.swept = sweep(state, rootfs, None);
+    Ok(undone)
 }
 
-fn undo_found(
-    parent: &OwnedFd,
-    dir: &Path,
-    me: &Found,
-    rootfs: &Path,
-) -> Result<Undone, TraceError> {
+/// Takes away what `trace` says a start that failed made in `rootfs` (opened in the
+/// caller's mount namespace: the host's), without a record: what [`undo`] does with one.
+pub fn take_back(rootfs: &Path, trace: &Trace) -> Result<Undone, TraceError> {
+    let root = ContainerRoot::open(rootfs)?;
+    let mut undone = unmake_all(&root, &trace.made);
+    if let Some(change) = &trace.ldcache {
+        let note = CacheNote::of(change.original.as_deref(), &change.written);
+        undone.cache_restored =
+            restore_cache(&root, note, change.original.as_deref(), &trace.made)?;
+    }
+    Ok(undone)
+}
+
+fn undo_found(state: &RootfsState, me: &Found, rootfs: &Path) -> Result<Undone, TraceError> {
     let st = rustix::fs::stat(rootfs).map_err(io("stat", rootfs))?;
-    if (st.st_dev, st.st_ino) != (me.record.rootfs_dev, me.record.rootfs_ino) {
+    if (st.st_dev, st.st_ino) != (me.record.rootfs_dev, me.record.rootfs_ino)
+        || me.record.rootfs != rootfs
+    {
         warn!(
-            "{} is no longer the rootfs container {} had: nothing is taken away",
+            "{} is not the rootfs container {} had ({}): nothing is taken away",
             rootfs.display(),
-            me.record.id
+            me.record.id,
+            me.record.rootfs.display()
         );
         return Ok(Undone::default());
     }
     let root = ContainerRoot::open(rootfs)?;
     let mut undone = Undone::default();
-    if let Some(mut other) = live_sharer(parent, dir, me) {
+    if let Some(mut other) = live_sharer(state, me) {
         // Its mounts may sit on what this container made: it takes it all over.
         let mut made = me.record.made.clone();
         made.append(&mut other.record.made);
@@ -641,7 +708,7 @@ fn undo_found(
                 undone.cache_restored = restore_cache(&root, mine, me.original.as_deref(), &[])?;
             }
         }
-        hand_over(parent, dir, &other, original)?;
+        hand_over(state, &other, original)?;
         info!(
             "container {} still runs on {}: what {} made is left to it",
             other.record.id,
@@ -651,7 +718,20 @@ fn undo_found(
         undone.handed_to = Some(other.record.id);
         return Ok(undone);
     }
-    for made in me.record.made.iter().rev() {
+    let cache_restored = undone.cache_restored;
+    undone = unmake_all(&root, &me.record.made);
+    undone.cache_restored = cache_restored;
+    if let Some(note) = me.record.ldcache {
+        undone.cache_restored =
+            restore_cache(&root, note, me.original.as_deref(), &me.record.made)?;
+    }
+    Ok(undone)
+}
+
+/// Takes away each of `made` that is still as nvc made it, last made first.
+fn unmake_all(root: &ContainerRoot, made: &[Made]) -> Undone {
+    let mut undone = Undone::default();
+    for made in made.iter().rev() {
         match root.unmake(made) {
             Ok(Unmade::Removed) => undone.removed += 1,
             Ok(Unmade::Gone) => {}
@@ -668,11 +748,7 @@ fn undo_found(
             }
         }
     }
-    if let Some(note) = me.record.ldcache {
-        undone.cache_restored =
-            restore_cache(&root, note, me.original.as_deref(), &me.record.made)?;
-    }
-    Ok(undone)
+    undone
 }
 
 /// Puts the image's cache back if the container's is still the one written.
@@ -748,38 +824,37 @@ fn drop_entries(root: &ContainerRoot, now: &[u8], made: &[Made]) -> Result<(), T
     Ok(())
 }
 
-/// Writes `other`'s record back, with `original` (when given) as its kept image cache:
-/// `Some(None)` when the image had none.
+/// Writes `other`'s record back whole (its journal folded in), with `original` (when
+/// given) as its kept image cache: `Some(None)` when the image had none.
 fn hand_over(
-    parent: &OwnedFd,
-    dir: &Path,
+    state: &RootfsState,
     other: &Found,
     original: Option<Option<Vec<u8>>>,
 ) -> Result<(), TraceError> {
-    let path = dir.join(&other.name);
+    let path = state.path().join(&other.name);
     let fd = rustix::fs::openat(
-        parent,
+        state.dir(),
         other.name.as_str(),
         OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(io("open", &path))?;
-    let target = RecordDir {
-        path,
-        fd,
-        id: other.record.id.clone(),
-        rootfs: None,
-    };
     match original {
-        Some(Some(original)) => target.write(ORIGINAL_CACHE, &original)?,
+        Some(Some(original)) => write_in(&fd, &path, ORIGINAL_CACHE, &original)?,
         Some(None) => {
-            let _ = rustix::fs::unlinkat(&target.fd, ORIGINAL_CACHE, AtFlags::empty());
+            let _ = rustix::fs::unlinkat(&fd, ORIGINAL_CACHE, AtFlags::empty());
         }
         None => {}
     }
-    let json = serde_json::to_vec_pretty(&other.record).map_err(|source| TraceError::Bad {
-        path: target.path.join(RECORD),
+    let json = serde_json::to_vec(&other.record).map_err(|source| TraceError::Bad {
+        path: path.join(RECORD),
         source,
     })?;
-    target.write(RECORD, &json)
+    write_in(&fd, &path, RECORD, &json)?;
+    // Its set-up is over (the lock is held): the journal is in the record now.
+    let _ = rustix::fs::unlinkat(&fd, JOURNAL, AtFlags::empty());
+    Ok(())
 }
+
+#[cfg(test)]
+mod tests;

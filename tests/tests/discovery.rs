@@ -846,7 +846,10 @@ fn the_run_cache_serves_the_fake_driver_and_falls_back_when_it_must() {
     let roots = full.roots.clone();
     let run = dir.path().join("run");
     std::fs::create_dir(&run).unwrap();
-    let cache = RunCache::new(&run.join("nvc"));
+    let cache = RunCache::new(&nvc_host::state::StateDir::new(
+        &run.join("nvc"),
+        &run.join("nvc/leases"),
+    ));
     let host = &nvc_host::probe::RealHost;
     let scope = discover::Scope::Full;
     let cached = |c: &RunCache| discover::discover_cached(&roots, host, scope, Some(c)).unwrap();

@@ -3,7 +3,7 @@
 //! one such thing ([`ContainerRoot::unmake`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
@@ -61,19 +61,36 @@ pub enum Unmade {
     Changed(FileKind),
 }
 
+/// Where what a root makes is written down as it is made, besides the root's own list
+/// ([`ContainerRoot::made`]): a process killed part way leaves the list of what it made
+/// up to the last thing (the container's record, `crate::trace::RecordDir`).
+pub trait JournalSink: Send + Sync + std::fmt::Debug {
+    /// `made` was just made.
+    fn made(&self, made: &Made);
+    /// The container's ld.so.cache, `original` (`None`: it had none), is about to be
+    /// replaced by `written`; called before the write.
+    fn cache(&self, original: Option<&[u8]>, written: &[u8]);
+}
+
 /// The things made by a root and its submounts on the same mount, in order.
 #[derive(Debug, Default)]
-pub(super) struct Journal(Mutex<Vec<Made>>);
+pub(super) struct Journal {
+    list: Mutex<Vec<Made>>,
+    sink: std::sync::OnceLock<Arc<dyn JournalSink>>,
+}
 
 impl Journal {
     pub(super) fn note(&self, made: Made) {
-        if let Ok(mut list) = self.0.lock() {
+        if let Some(sink) = self.sink.get() {
+            sink.made(&made);
+        }
+        if let Ok(mut list) = self.list.lock() {
             list.push(made);
         }
     }
 
     fn list(&self) -> Vec<Made> {
-        self.0.lock().map(|l| l.clone()).unwrap_or_default()
+        self.list.lock().map(|l| l.clone()).unwrap_or_default()
     }
 }
 
@@ -83,6 +100,20 @@ impl ContainerRoot {
     pub(super) fn note(&self, made: Made) {
         if self.journaled {
             self.journal.note(made);
+        }
+    }
+
+    /// Writes everything this root (and its submounts) makes from now on to `sink` too,
+    /// as it is made; a sink set already stays.
+    pub fn journal_to(&self, sink: Arc<dyn JournalSink>) {
+        let _ = self.journal.sink.set(sink);
+    }
+
+    /// Tells the journal's sink that the container's ld.so.cache, `original`, is about to
+    /// be replaced by `written`.
+    pub fn note_cache(&self, original: Option<&[u8]>, written: &[u8]) {
+        if let Some(sink) = self.journal.sink.get() {
+            sink.cache(original, written);
         }
     }
 

@@ -356,6 +356,35 @@ pub fn enter_mount_namespace(pid: i32) -> Result<(), FsError> {
     }
 }
 
+/// This thread's mount namespace, opened: to come back to with
+/// [`return_to_mount_namespace`] after [`enter_mount_namespace`].
+pub fn own_mount_namespace() -> Result<OwnedFd, FsError> {
+    rustix::fs::open(
+        "/proc/thread-self/ns/mnt",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| FsError::Namespace {
+        op: "open the mount namespace of",
+        pid: std::process::id() as i32,
+        source: e.into(),
+    })
+}
+
+/// Moves the calling (single-threaded) process back into the mount namespace `ns` that
+/// [`own_mount_namespace`] opened before it entered a container's.
+pub fn return_to_mount_namespace(ns: &OwnedFd) -> Result<(), FsError> {
+    rustix::thread::move_into_link_name_space(
+        ns.as_fd(),
+        Some(rustix::thread::LinkNameSpaceType::Mount),
+    )
+    .map_err(|e| FsError::Namespace {
+        op: "return to the mount namespace of",
+        pid: std::process::id() as i32,
+        source: e.into(),
+    })
+}
+
 /// The device and inode of the mount namespace file at `path`.
 fn namespace_of(path: &str) -> Result<(u64, u64), Errno> {
     let st = rustix::fs::stat(path)?;

@@ -116,7 +116,7 @@ fn read(path: &Path, container: &str) -> LeaseFile {
 fn sixty_four_gpus_are_one_file() {
     let dir = tempfile::tempdir().unwrap();
     let gpus = uuids(64);
-    let taken = take_for(dir.path(), me("big", None), &refs(&gpus)).unwrap();
+    let taken = take_for(&st(dir.path()), me("big", None), &refs(&gpus)).unwrap();
     assert!(taken.is_some());
     assert_eq!(names(dir.path()), [".lock", "big.shared-lease"]);
     let path = dir.path().join("big.shared-lease");
@@ -134,7 +134,7 @@ fn sixty_four_gpus_are_one_file() {
     // Another container sharing them adds its own file and leaves this one as it is.
     let before = fs::read(&path).unwrap();
     let other = Running::new();
-    let second = take_for(dir.path(), other.holder("second", None), &refs(&gpus)).unwrap();
+    let second = take_for(&st(dir.path()), other.holder("second", None), &refs(&gpus)).unwrap();
     assert!(second.is_some());
     assert_eq!(
         names(dir.path()),
@@ -155,7 +155,7 @@ fn exclusive_and_shared_conflict_both_ways_naming_the_holder() {
     );
     // A live exclusive holder refuses shared and exclusive requests alike.
     for exclusive in [None, Some(ExclusiveBy::Annotation)] {
-        let err = take_for(dir.path(), me("b", exclusive), &refs(&gpus)).unwrap_err();
+        let err = take_for(&st(dir.path()), me("b", exclusive), &refs(&gpus)).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!(
@@ -168,7 +168,7 @@ fn exclusive_and_shared_conflict_both_ways_naming_the_holder() {
     // Refused: nothing written. Other GPUs are free.
     assert_eq!(names(dir.path()), [".lock", "abc123.lease"]);
     let free = take_for(
-        dir.path(),
+        &st(dir.path()),
         me("b", Some(ExclusiveBy::Env)),
         &refs(&gpus)[..1],
     );
@@ -177,7 +177,12 @@ fn exclusive_and_shared_conflict_both_ways_naming_the_holder() {
     // A live shared holder refuses an exclusive request, and shares.
     let dir = tempfile::tempdir().unwrap();
     put(dir.path(), &holder.holder("shared1", None), &gpus[2..]);
-    let err = take_for(dir.path(), me("b", Some(ExclusiveBy::Config)), &refs(&gpus)).unwrap_err();
+    let err = take_for(
+        &st(dir.path()),
+        me("b", Some(ExclusiveBy::Config)),
+        &refs(&gpus),
+    )
+    .unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
@@ -188,7 +193,7 @@ fn exclusive_and_shared_conflict_both_ways_naming_the_holder() {
         )
     );
     assert!(matches!(err, LeaseError::Conflict(Conflict::InUse { .. })));
-    assert!(take_for(dir.path(), me("b", None), &refs(&gpus))
+    assert!(take_for(&st(dir.path()), me("b", None), &refs(&gpus))
         .unwrap()
         .is_some());
     assert_eq!(
@@ -219,7 +224,11 @@ fn ended_and_reused_holders_block_nothing_and_are_swept() {
         &running.holder("live", Some(ExclusiveBy::Env)),
         &uuids(4)[3..],
     );
-    let taken = take_for(dir.path(), me("x", Some(ExclusiveBy::Env)), &refs(&gpus));
+    let taken = take_for(
+        &st(dir.path()),
+        me("x", Some(ExclusiveBy::Env)),
+        &refs(&gpus),
+    );
     assert!(taken.unwrap().is_some());
     assert!(!gone.exists() && !reused.exists() && live.exists());
     assert_eq!(names(dir.path()), [".lock", "live.lease", "x.lease"]);
@@ -240,7 +249,7 @@ fn the_same_container_id_replaces_its_file() {
     // An earlier record of this very process under another id goes too.
     let renamed = put(dir.path(), &me("renamed", None), &gpus);
     let now = me("same", Some(ExclusiveBy::Env));
-    let taken = take_for(dir.path(), now.clone(), &refs(&gpus[..1]));
+    let taken = take_for(&st(dir.path()), now.clone(), &refs(&gpus[..1]));
     assert!(taken.unwrap().is_some());
     assert!(!renamed.exists());
     assert_eq!(names(dir.path()), [".lock", "same.lease"]);
@@ -299,7 +308,7 @@ fn garbage_and_earlier_versions_are_removed_never_followed() {
     // Not nvc's: left alone.
     fs::write(d.join("notes"), "mine").unwrap();
 
-    let listed = list(d).unwrap();
+    let listed = list(&st(d)).unwrap();
     let garbage: Vec<&Path> = listed
         .iter()
         .filter_map(|l| match l {
@@ -310,7 +319,7 @@ fn garbage_and_earlier_versions_are_removed_never_followed() {
     assert_eq!(garbage.len(), 7, "{listed:#?}");
     assert!(listed.iter().all(|l| matches!(l, Listed::Garbage { .. })));
 
-    let taken = take_for(d, me("me", Some(ExclusiveBy::Env)), &refs(&gpus));
+    let taken = take_for(&st(d), me("me", Some(ExclusiveBy::Env)), &refs(&gpus));
     assert!(taken.unwrap().is_some());
     let mut want = vec![".lock", "me.lease", "notes", writing.as_str()];
     want.sort();
@@ -319,7 +328,7 @@ fn garbage_and_earlier_versions_are_removed_never_followed() {
 
     // A folder in place of this container's own file is removed, else it stops the start.
     fs::create_dir(d.join("again.shared-lease")).unwrap();
-    assert!(take_for(d, me("again", None), &refs(&gpus))
+    assert!(take_for(&st(d), me("again", None), &refs(&gpus))
         .unwrap()
         .is_some());
     assert!(fs::symlink_metadata(d.join("again.shared-lease"))
@@ -328,7 +337,7 @@ fn garbage_and_earlier_versions_are_removed_never_followed() {
     fs::remove_file(d.join("again.shared-lease")).unwrap();
     fs::create_dir(d.join("again.shared-lease")).unwrap();
     fs::write(d.join("again.shared-lease/x"), "").unwrap();
-    let err = take_for(d, me("again", None), &refs(&gpus)).unwrap_err();
+    let err = take_for(&st(d), me("again", None), &refs(&gpus)).unwrap_err();
     assert!(
         err.to_string()
             .starts_with("cannot remove the folder in place of a lease file "),
@@ -340,7 +349,7 @@ fn garbage_and_earlier_versions_are_removed_never_followed() {
 fn release_and_end_remove_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let gpus = uuids(2);
-    let taken = take_for(dir.path(), me("a", None), &refs(&gpus))
+    let taken = take_for(&st(dir.path()), me("a", None), &refs(&gpus))
         .unwrap()
         .unwrap();
     taken.release();
@@ -349,24 +358,24 @@ fn release_and_end_remove_the_file() {
     // The poststop hook: the container's process has ended.
     let holder = ended("b", Some(ExclusiveBy::Env));
     let path = put(dir.path(), &holder, &gpus);
-    assert!(end(dir.path(), "b").unwrap());
+    assert!(end(&st(dir.path()), "b").unwrap());
     assert!(!path.exists());
-    assert!(!end(dir.path(), "b").unwrap());
+    assert!(!end(&st(dir.path()), "b").unwrap());
     // A live holder of that id is another container that took the id since: kept.
     let path = put(dir.path(), &me("c", None), &gpus);
-    assert!(!end(dir.path(), "c").unwrap());
+    assert!(!end(&st(dir.path()), "c").unwrap());
     assert!(path.exists());
     // Garbage under the name goes.
     fs::write(dir.path().join("d.lease"), "garbage").unwrap();
-    assert!(end(dir.path(), "d").unwrap());
+    assert!(end(&st(dir.path()), "d").unwrap());
     // No folder, an id that cannot be one: nothing to do, and no folder made.
     let missing = dir.path().join("missing");
-    assert!(!end(&missing, "e").unwrap());
+    assert!(!end(&st(&missing), "e").unwrap());
     assert!(!missing.exists());
-    assert!(!end(dir.path(), "../x").unwrap());
+    assert!(!end(&st(dir.path()), "../x").unwrap());
 
     // Giving back a lease another process took over under the same id keeps it.
-    let taken = take_for(dir.path(), ended("f", None), &refs(&gpus))
+    let taken = take_for(&st(dir.path()), ended("f", None), &refs(&gpus))
         .unwrap()
         .unwrap();
     put(dir.path(), &me("f", None), &gpus);
@@ -377,7 +386,7 @@ fn release_and_end_remove_the_file() {
 #[test]
 fn the_list_has_a_line_per_gpu_and_holder() {
     let dir = tempfile::tempdir().unwrap();
-    assert_eq!(list(&dir.path().join("missing")).unwrap(), Vec::new());
+    assert_eq!(list(&st(&dir.path().join("missing"))).unwrap(), Vec::new());
     let gpus = uuids(2);
     let running = Running::new();
     let live = running.holder("live", Some(ExclusiveBy::Env));
@@ -388,7 +397,7 @@ fn the_list_has_a_line_per_gpu_and_holder() {
     };
     put(dir.path(), &gone, &gpus);
     fs::write(dir.path().join(&gpus[1]), "{}").unwrap();
-    let listed = list(dir.path()).unwrap();
+    let listed = list(&st(dir.path())).unwrap();
     let row = |index: u32, holder: &Holder, liveness| Listed::Holder {
         index,
         gpu: gpus[index as usize].clone(),
@@ -424,7 +433,9 @@ fn a_shared_start_reads_only_what_can_refuse_it_and_sweeps_a_few() {
     let running = Running::new();
     let earlier = put(d, &running.holder("old", None), &gpus);
     fs::rename(&earlier, d.join("old.lease")).unwrap();
-    assert!(take_for(d, me("a", None), &refs(&gpus)).unwrap().is_some());
+    assert!(take_for(&st(d), me("a", None), &refs(&gpus))
+        .unwrap()
+        .is_some());
     let garbage = |d: &Path| {
         names(d)
             .iter()
@@ -435,7 +446,7 @@ fn a_shared_start_reads_only_what_can_refuse_it_and_sweeps_a_few() {
     assert!(d.join("old.lease").exists() && d.join("a.shared-lease").exists());
     // An exclusive start reads every file: the rest of the garbage goes, and the live
     // shared holders refuse it.
-    let err = take_for(d, me("x", Some(ExclusiveBy::Env)), &refs(&gpus)).unwrap_err();
+    let err = take_for(&st(d), me("x", Some(ExclusiveBy::Env)), &refs(&gpus)).unwrap_err();
     assert!(matches!(err, LeaseError::Conflict(Conflict::InUse { .. })));
     assert_eq!(garbage(d), 0, "{:?}", names(d));
 }
@@ -454,7 +465,7 @@ fn stale_shared_files_are_swept_by_later_shared_starts() {
     let running: Vec<Running> = (0..4).map(|_| Running::new()).collect();
     for (i, r) in running.iter().enumerate() {
         let before = stale(d);
-        let taken = take_for(d, r.holder(&format!("live{i}"), None), &refs(&gpus));
+        let taken = take_for(&st(d), r.holder(&format!("live{i}"), None), &refs(&gpus));
         assert!(taken.unwrap().is_some());
         // Each start reads SWEPT of the others, live or not: it never keeps a stale one
         // it read, nor removes a live one.
@@ -470,6 +481,11 @@ fn stale_shared_files_are_swept_by_later_shared_starts() {
     let holder = ended("done", None);
     let path = put(d, &holder, &gpus);
     assert!(path.ends_with("done.shared-lease"));
-    assert!(end(d, "done").unwrap());
+    assert!(end(&st(d), "done").unwrap());
     assert!(!path.exists());
+}
+
+/// The state whose lease folder is `dir`.
+fn st(dir: &Path) -> crate::state::StateDir {
+    crate::state::StateDir::new(dir, dir)
 }
