@@ -1,21 +1,23 @@
 //! `nvc runtime configure`: registers nvc with Docker, containerd, CRI-O or Podman.
 //!
 //! This file does the I/O: it finds and reads the engine's files, asks
-//! `nvc_engines` what they must become, checks everything before writing anything,
-//! then writes each changed file atomically (after a one-time `.nvc-backup` of files
-//! that hold the user's own settings), one line per change.
+//! `nvc_engines` (pure: text in, text out) what they must become, checks everything
+//! before writing anything, then writes each changed file atomically through
+//! `nvc_host::files` (after a one-time `.nvc-backup` of files that hold the user's own
+//! settings: `engine_file`), one line per change.
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use nvc_engines::files::{backup_once, backup_path, CONFIG_WRITE};
+use engine_file::{backup_once, backup_path, CONFIG_WRITE};
 use nvc_engines::{self, Source};
 
 mod containerd;
 mod crio;
 mod docker;
+mod engine_file;
 mod podman;
 use nvc_host::files::{self, Symlink};
 

@@ -1,6 +1,7 @@
-//! How engine config files are written: through nvc's one atomic writer
+//! How an engine's config file is written: through nvc's one atomic writer
 //! (`nvc_host::files`) with the options engine files need ([`CONFIG_WRITE`]), after a
-//! one-time backup of the original ([`backup_once`]).
+//! one-time backup of the original ([`backup_once`]). `nvc_engines` only says what the
+//! files must hold; this is where they are written.
 
 use std::fs;
 use std::io;
@@ -10,13 +11,13 @@ use std::path::{Path, PathBuf};
 use nvc_host::files::{self, FileError, Ownership, Symlink, WriteOptions};
 
 /// What the backup of `file` is called: `<file>.nvc-backup`.
-pub const BACKUP_SUFFIX: &str = ".nvc-backup";
+const BACKUP_SUFFIX: &str = ".nvc-backup";
 
 /// How an engine's config file is written: a new file gets 0644 and its missing
 /// folders; an existing one keeps its mode and owner, or is not replaced; a symlink is
 /// written through, so the file it names changes and the link stays (administrators
 /// keep such files elsewhere and link to them).
-pub const CONFIG_WRITE: WriteOptions = WriteOptions {
+pub(super) const CONFIG_WRITE: WriteOptions = WriteOptions {
     create_parents: true,
     symlink: Symlink::Follow,
     ownership: Ownership::Required,
@@ -24,7 +25,7 @@ pub const CONFIG_WRITE: WriteOptions = WriteOptions {
 };
 
 /// `<path>.nvc-backup`.
-pub fn backup_path(path: &Path) -> PathBuf {
+pub(super) fn backup_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_os_string();
     name.push(BACKUP_SUFFIX);
     PathBuf::from(name)
@@ -33,7 +34,7 @@ pub fn backup_path(path: &Path) -> PathBuf {
 /// Copies `path` to `<path>.nvc-backup` unless that backup exists already (so it always
 /// holds the file as it was before nvc first changed it). Returns the backup's path when
 /// this call made it; `None` when `path` does not exist or the backup was there.
-pub fn backup_once(path: &Path) -> Result<Option<PathBuf>, FileError> {
+pub(super) fn backup_once(path: &Path) -> Result<Option<PathBuf>, FileError> {
     let backup = backup_path(path);
     match fs::symlink_metadata(&backup) {
         Ok(_) => return Ok(None),
