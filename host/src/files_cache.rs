@@ -159,7 +159,8 @@ impl RunCache {
 
     /// Writes the entry for `roots`.
     pub fn write(&self, roots: &DriverRoots, driver: &DriverFiles) -> Result<(), Refused> {
-        let identities = host_files(driver)
+        let identities = driver
+            .host_files()
             .map(|p| {
                 fs::symlink_metadata(p)
                     .map(|m| Identity::of(&m))
@@ -314,7 +315,7 @@ fn check(entry: &Entry, roots: &DriverRoots, version: &str) -> Result<(), Refuse
             roots.root.join("etc/ld.so.cache").display()
         ));
     }
-    let paths: Vec<&Path> = host_files(&entry.driver).collect();
+    let paths: Vec<&Path> = entry.driver.host_files().collect();
     if paths.len() != entry.identities.len() {
         return Err(Refused::Untrusted("damaged: file count".into()));
     }
@@ -343,22 +344,6 @@ fn ldcache_identity(root: &Path) -> (Option<Identity>, Option<Identity>) {
         fs::symlink_metadata(&path).ok().map(|m| Identity::of(&m)),
         fs::metadata(&path).ok().map(|m| Identity::of(&m)),
     )
-}
-
-/// Every host file of `driver`, in a fixed order.
-fn host_files(driver: &DriverFiles) -> impl Iterator<Item = &Path> {
-    driver
-        .libraries
-        .iter()
-        .map(|l| l.host_path.as_path())
-        .chain(
-            driver
-                .binaries
-                .iter()
-                .chain(&driver.firmware)
-                .chain(&driver.files)
-                .map(|f| f.host_path.as_path()),
-        )
 }
 
 #[cfg(test)]

@@ -216,21 +216,12 @@ pub fn stale_reasons(spec: &Value, driver: &Driver) -> Vec<String> {
         }
     }
 
-    // The files it mounts: there, this host's driver's (not another driver root's),
-    // and of this driver's version.
-    let host_files: BTreeSet<&Path> = driver
-        .libraries
-        .iter()
-        .map(|l| l.host_path.as_path())
-        .chain(
-            driver
-                .binaries
-                .iter()
-                .chain(&driver.firmware)
-                .chain(&driver.files)
-                .chain(&driver.ipc)
-                .map(|f| f.host_path.as_path()),
-        )
+    // The files it mounts (the driver's files and its IPC sockets): there, this host's
+    // driver's (not another driver root's), and of this driver's version.
+    let driver_files = driver.files(None);
+    let host_files: BTreeSet<&Path> = driver_files
+        .host_files()
+        .chain(driver.ipc.iter().map(|f| f.host_path.as_path()))
         .collect();
     let mut other_versions = BTreeSet::new();
     let mut mounts = Vec::new();

@@ -5,6 +5,8 @@
 //! [`FilesCache`]'s business (nvc-host keeps one under `/run`, checked against the
 //! driver version and the files themselves); discovery only asks it and tells it.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
 use super::{DriverRoots, HostFile, Library};
@@ -30,6 +32,24 @@ pub struct DriverFiles {
     pub cuda_version: Option<i32>,
 }
 
+impl DriverFiles {
+    /// Every host file of the driver install, each as often as it is listed, in one fixed
+    /// order: the libraries, then the binaries, the firmware and the other files. Not the
+    /// IPC sockets ([`Driver::ipc`](super::Driver::ipc)), which the driver's daemons
+    /// make at run time. What a cache checks to tell whether the install changed, and
+    /// what `nvc check` counts as this driver's files.
+    pub fn host_files(&self) -> impl Iterator<Item = &Path> {
+        let libraries = self.libraries.iter().map(|l| l.host_path.as_path());
+        let others = self
+            .binaries
+            .iter()
+            .chain(&self.firmware)
+            .chain(&self.files)
+            .map(|f| f.host_path.as_path());
+        libraries.chain(others)
+    }
+}
+
 /// Somewhere to keep [`DriverFiles`] between container starts.
 pub trait FilesCache {
     /// The files found earlier under `roots` for driver `version`, when they are known
@@ -38,4 +58,61 @@ pub trait FilesCache {
     /// Keeps what a discovery under `roots` found. A cache that cannot keep it says so in
     /// the log; discovery goes on.
     fn store(&self, roots: &DriverRoots, files: &DriverFiles);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::caps::Capability;
+    use crate::discover::LibClass;
+
+    fn file(path: &str) -> HostFile {
+        HostFile {
+            capabilities: vec![Capability::Utility],
+            host_path: PathBuf::from(path),
+            container_path: PathBuf::from(path),
+        }
+    }
+
+    #[test]
+    fn host_files_lists_every_file_kind_in_one_order() {
+        let library = |path: &str, class| Library {
+            capabilities: vec![Capability::Compute],
+            class,
+            stem: "libcuda".into(),
+            soname: "libcuda.so.1".into(),
+            host_path: PathBuf::from(path),
+            file_name: "libcuda.so.999.88.77".into(),
+        };
+        let driver = DriverFiles {
+            version: "999.88.77".into(),
+            libraries: vec![
+                library("/r/lib64/libcuda.so.999.88.77", LibClass::Lib64),
+                library("/r/lib32/libcuda.so.999.88.77", LibClass::Lib32),
+            ],
+            binaries: vec![file("/r/bin/nvidia-smi")],
+            firmware: vec![file("/r/firmware/gsp_ga10x.bin")],
+            files: vec![
+                file("/r/share/vulkan/icd.d/nvidia_icd.json"),
+                file("/r/share/egl/egl_external_platform.d/15_nvidia_gbm.json"),
+            ],
+            cuda_version: Some(13000),
+        };
+        let listed: Vec<&Path> = driver.host_files().collect();
+        assert_eq!(
+            listed,
+            [
+                "/r/lib64/libcuda.so.999.88.77",
+                "/r/lib32/libcuda.so.999.88.77",
+                "/r/bin/nvidia-smi",
+                "/r/firmware/gsp_ga10x.bin",
+                "/r/share/vulkan/icd.d/nvidia_icd.json",
+                "/r/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+            ]
+            .map(Path::new)
+        );
+        assert_eq!(DriverFiles::default().host_files().count(), 0);
+    }
 }
