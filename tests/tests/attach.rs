@@ -338,3 +338,53 @@ fn what_attach_makes_is_taken_away_when_the_container_ends() {
         w.setup.nvc_log()
     );
 }
+
+/// A state that names a process in a mount namespace of its own whose root is the host's
+/// `/` (a forged or stale state, here from a stand-in runtime): refused before anything is
+/// written, as the prestart hook refuses such a container.
+#[test]
+fn a_process_with_the_hosts_root_is_refused() {
+    let w = World::new();
+    let mut holder = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    let pid = holder.id();
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ns(&pid.to_string()) == ns("self") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bundle = w.setup.bundle("host-root", &[], "true").write().unwrap();
+    let runtime = w.setup.dir.path().join("stand-in-runtime");
+    std::fs::write(
+        &runtime,
+        format!(
+            "#!/bin/sh\necho '{{\"pid\": {pid}, \"status\": \"running\", \"bundle\": \"{}\", \"rootfs\": \"/\"}}'\n",
+            bundle.dir.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        &runtime,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = Command::new(nvc_tests::workspace_bin("nvc"))
+        .env("NVC_CONFIG", &w.setup.config)
+        .args(["attach", "--runtime"])
+        .arg(&runtime)
+        .args(["forged", "--gpus", "0"])
+        .output()
+        .unwrap();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("is the host's root directory"), "{stderr}");
+    assert!(
+        !w.setup.dir.path().join("state/attached").exists(),
+        "nothing recorded: {}",
+        w.setup.nvc_log()
+    );
+}

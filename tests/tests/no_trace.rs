@@ -181,12 +181,123 @@ fn kubernetes_container(
     (bundle.read_config().unwrap(), out)
 }
 
-/// The records the hook keeps in the test's state folder.
+/// The records the hook keeps in the test's state folder: `<rootfs>/<key>` for each in
+/// every rootfs's folder.
 fn records(w: &World) -> Vec<String> {
-    nvc_tests::dir_names(&w.dir.path().join("state/containers"))
+    let rootfs = w.dir.path().join("state/rootfs");
+    nvc_tests::dir_names(&rootfs)
         .into_iter()
-        .filter(|n| !n.starts_with('.'))
+        .flat_map(|r| {
+            nvc_tests::dir_names(&rootfs.join(&r))
+                .into_iter()
+                .filter(|n| n != "lock")
+                .map(move |n| format!("{r}/{n}"))
+        })
         .collect()
+}
+
+/// Every file and folder nvc keeps per container or rootfs in the state folder (records,
+/// rootfs folders, locks, however named): all but the driver-files cache and the empty
+/// `rootfs/` folder. The test runtime keeps runc's state, log and the containers' output
+/// there too (none of runc's for a deleted container).
+fn rootfs_state(w: &World) -> Vec<String> {
+    fn walk(dir: &Path, shown: &str, out: &mut Vec<String>) {
+        for name in nvc_tests::dir_names(dir) {
+            let path = dir.join(&name);
+            let shown = format!("{shown}{name}");
+            if path.is_dir() && !path.is_symlink() {
+                walk(&path, &format!("{shown}/"), out);
+                if shown != "rootfs" {
+                    out.push(shown);
+                }
+            } else if !(name.starts_with("driver-files-")
+                || name == "runc.log"
+                || name.ends_with(".stdout")
+                || name.ends_with(".stderr"))
+            {
+                out.push(shown);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&w.dir.path().join("state"), "", &mut out);
+    out
+}
+
+/// Ids runc takes that an earlier record folder name mapped to one (`+` and `_`): two GPU
+/// containers with them on one rootfs at once keep two records, and when both have ended
+/// the rootfs is as it was.
+#[test]
+fn containers_whose_ids_differ_only_in_characters_a_file_name_escapes_keep_apart() {
+    let w = World::new();
+    let before = settled(&w);
+    let long = w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "sleep 60");
+    let first = format!("nvc-ids-{}+1", std::process::id());
+    let second = format!("nvc-ids-{}_1", std::process::id());
+    w.rt.create(&long, &first).assert_success();
+    w.rt.start(&first).assert_success();
+    assert_eq!(records(&w).len(), 1, "{:?}", records(&w));
+    let b = w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
+    let out = w.start(&w.rt, &b, &second);
+    assert!(out.success(), "{out:?}\n{}", w.nvc_log());
+    // The second's end handed what it made to the first, which still runs.
+    assert_eq!(records(&w).len(), 1, "{:?}", records(&w));
+    w.rt.command(&["kill", first.as_str(), "KILL"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !w.rt.state(&first).stdout.contains("\"stopped\"") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    w.rt.delete(&first).assert_success();
+    assert_eq!(tree_digest(&w.rootfs.path), before, "{}", w.nvc_log());
+    assert!(rootfs_state(&w).is_empty(), "{:?}", rootfs_state(&w));
+}
+
+/// A start the hook refuses part way (the image's firmware folder is a dangling link, so
+/// the firmware cannot be mounted) leaves the rootfs and the state folder as they were:
+/// runc runs no poststop hook for a container that never started.
+#[test]
+fn a_start_refused_part_way_leaves_the_rootfs_and_the_state_folder_as_they_were() {
+    let w = World::new();
+    settled(&w);
+    let firmware = w.rootfs.path.join("lib/firmware");
+    std::fs::create_dir_all(&firmware).unwrap();
+    std::os::unix::fs::symlink("/nonexistent/nvidia-firmware", firmware.join("nvidia")).unwrap();
+    let before = tree_digest(&w.rootfs.path);
+    let out = w.run(
+        &[
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_DRIVER_CAPABILITIES=all",
+        ],
+        "true",
+    );
+    assert!(!out.success(), "{out:?}\n{}", w.nvc_log());
+    assert!(w.nvc_log().contains("was not started"), "{}", w.nvc_log());
+    assert_eq!(tree_digest(&w.rootfs.path), before, "{}", w.nvc_log());
+    assert!(rootfs_state(&w).is_empty(), "{:?}", rootfs_state(&w));
+    let leases = nvc_tests::dir_names(&w.dir.path().join("leases"));
+    assert!(
+        leases.iter().all(|l| l == ".lock"),
+        "the lease was given back: {leases:?}"
+    );
+}
+
+/// Many lifecycles, with and without a poststop hook (Kubernetes' containers keep no
+/// record), leave nothing in the state folder's rootfs/: no record, no rootfs folder, no
+/// lock file.
+#[test]
+fn lifecycles_leave_no_lock_file_nor_record_behind() {
+    let w = World::new();
+    for _ in 0..3 {
+        w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], "true");
+        let (_, out) = kubernetes_container(
+            &w,
+            "io.kubernetes.cri.container-type",
+            &["NVIDIA_VISIBLE_DEVICES=all"],
+            "true",
+        );
+        assert!(out.success(), "{out:?}\n{}", w.nvc_log());
+    }
+    assert!(rootfs_state(&w).is_empty(), "{:?}", rootfs_state(&w));
 }
 
 fn poststop_hooks(spec: &serde_json::Value) -> usize {
