@@ -5,6 +5,9 @@ use std::path::PathBuf;
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
+    /// The host's state code failed in `--state`.
+    #[error("the state benchmark failed: {0}")]
+    State(String),
     /// Containers, device nodes and mounts need root.
     #[error("nvc-bench needs root (runc, device nodes, mounts): run it with sudo or as root")]
     NotRoot,

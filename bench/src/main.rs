@@ -13,6 +13,7 @@ mod measure;
 mod options;
 mod report;
 mod runner;
+mod state_bench;
 mod stats;
 mod suite;
 
@@ -52,7 +53,6 @@ fn run(options: &Options) -> Result<(), BenchError> {
     if !nvc_tests::is_root() {
         return Err(BenchError::NotRoot);
     }
-    let programs = programs(options)?;
     let temp;
     let work = match &options.work {
         Some(dir) => {
@@ -74,6 +74,11 @@ fn run(options: &Options) -> Result<(), BenchError> {
             temp.path().to_path_buf()
         }
     };
+    if !options.state.is_empty() {
+        print!("{}", state_bench::run(&work, &options.state)?);
+        return Ok(());
+    }
+    let programs = programs(options)?;
     let report = suite::run(options, programs, &work)?;
     let text = report.render();
     print!("{text}");

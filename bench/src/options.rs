@@ -57,6 +57,9 @@ the hook alone; prints Markdown tables.
                        (another build's target/release), alternated in the same rounds
   --run-dir DIR        where bundles and runc's state go (default: /run or /dev/shm
                        when tmpfs, as engines keep them there; else the work directory)
+  --state N,M          only the host's state over N and M container lifecycles
+                       (nvc-host's records and locks, no runc): the poststop leg's time
+                       and the state folder's size after each, which must stay flat
   --debug-log          nvc's log at debug level (info by default), so that every hook
                        run logs its phases in <work>/nvc.log with its bundle: to find
                        where time goes, not for the tables (logging costs time)
@@ -66,6 +69,8 @@ the hook alone; prints Markdown tables.
 /// What the command line asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
+    /// Lifecycle counts of the state benchmark alone (`--state`); empty: the containers'.
+    pub state: Vec<usize>,
     /// Timed runs per configuration, after the warm-up.
     pub runs: usize,
     /// GPU counts of the scaling table; empty skips it.
@@ -107,6 +112,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
+            state: Vec::new(),
             runs: DEFAULT_RUNS,
             gpus: DEFAULT_GPUS.to_vec(),
             gpus_given: false,
@@ -194,6 +200,12 @@ where
             "--work" => o.work = Some(PathBuf::from(value()?)),
             "--run-dir" => o.run_dir = Some(PathBuf::from(value()?)),
             "--baseline" => o.baseline = Some(PathBuf::from(value()?)),
+            "--state" => {
+                o.state = value()?
+                    .split(',')
+                    .map(|n| positive(&flag, n))
+                    .collect::<Result<_, _>>()?
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }

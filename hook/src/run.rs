@@ -58,8 +58,6 @@ pub fn arm(config: &Config, said: impl Fn(u32) -> String) -> Result<(), HookErro
 }
 
 /// Sets the container described on stdin up; `args`: the arguments after the mode.
-// The error is returned once, at the end of a one-shot process: its size costs nothing.
-#[allow(clippy::result_large_err)]
 pub fn run(args: &[String]) -> Result<(), HookError> {
     let mut phases = Phases::start("prestart");
     let handed = Handed::parse(args)?;

@@ -32,6 +32,10 @@
 //! still running on the rootfs), the stale records swept, the lock released (the rootfs's
 //! folder goes with its last record), then the leases ended whatever came of that.
 
+// An error here ends a one-shot process (or its attach): returned once, its size costs
+// nothing, and boxing it would cost an allocation on the path that succeeds.
+#![allow(clippy::result_large_err)]
+
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 

@@ -110,6 +110,8 @@ pub struct Failed {
 /// [`set_up`], saying also what it made in the rootfs and the ld.so.cache it wrote
 /// ([`Trace`]), for the record the hook keeps to take them away when the container ends;
 /// on failure, what it had made by then ([`Failed`]).
+// Returned once, by a one-shot process: its size costs nothing.
+#[allow(clippy::result_large_err)]
 pub fn set_up_noted(
     driver: &Driver,
     planned: &ContainerEdits,
