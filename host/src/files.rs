@@ -1,5 +1,6 @@
 //! Writing files on the host so that no reader ever sees half of one: the one atomic
-//! writer ([`write_atomic`], and [`symlink_atomic`] for links), the one temporary-file
+//! writer ([`write_atomic`], through an open folder [`write_atomic_at`], and
+//! [`symlink_atomic`] for links), the one temporary-file
 //! name, and the one sweep of what killed writers left ([`remove_stale_temp_files`],
 //! or entry by entry of a listing the caller makes: [`remove_if_stale_temp_file`]);
 //! plus the small reads and removals around them ([`read_optional`], [`remove`]).
@@ -16,6 +17,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, Write};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -190,6 +192,46 @@ fn fill(
             .map_err(io_error("sync the new version in", temp))?;
     }
     Ok(())
+}
+
+/// [`write_atomic`] through the open folder `dir` (at `dir_path`, named in messages),
+/// for nvc's own state folders, which are opened once and written from another mount
+/// namespace: the new file (mode `mode`) under the same temporary name, renamed over
+/// `name`; never through a link, not synced (they live on the host's `/run`).
+pub fn write_atomic_at(
+    dir: BorrowedFd<'_>,
+    dir_path: &Path,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+) -> Result<(), FileError> {
+    let (temp, fd) = create_temp(dir_path, OsStr::new(name), |temp| {
+        let temp = temp.file_name().unwrap_or_default();
+        rustix::fs::openat(
+            dir,
+            temp,
+            rustix::fs::OFlags::WRONLY
+                | rustix::fs::OFlags::CREATE
+                | rustix::fs::OFlags::EXCL
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::from_raw_mode(mode),
+        )
+        .map_err(io::Error::from)
+    })?;
+    let temp_name = temp.file_name().unwrap_or_default();
+    let target = dir_path.join(name);
+    let written = File::from(fd)
+        .write_all(bytes)
+        .map_err(io_error("write the new version to", &temp))
+        .and_then(|()| {
+            rustix::fs::renameat(dir, temp_name, dir, name)
+                .map_err(|e| io_error("replace", &target)(e.into()))
+        });
+    if written.is_err() {
+        let _ = rustix::fs::unlinkat(dir, temp_name, rustix::fs::AtFlags::empty());
+    }
+    written
 }
 
 /// Makes `link` a symlink to `target`, replacing what is at `link` atomically (a new

@@ -111,15 +111,8 @@ impl RunCache {
 
     /// The file that holds the entry for `roots`.
     pub fn path_for(&self, roots: &DriverRoots) -> PathBuf {
-        // FNV-1a: stable across builds and runs, unlike std's hasher.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for p in [&roots.root, &roots.dev_root, &roots.proc_root] {
-            for b in p.as_os_str().as_encoded_bytes().iter().chain([&0u8]) {
-                h ^= u64::from(*b);
-                h = h.wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        }
-        self.state.files_cache_entry(h)
+        self.state
+            .files_cache_entry(&[&roots.root, &roots.dev_root, &roots.proc_root])
     }
 
     /// The entry for `roots` at driver `version`, or why there is none to use.

@@ -116,10 +116,15 @@ impl StateDir {
         self.leases.join(name)
     }
 
-    /// The driver-files cache's entry for the driver roots whose hash is `roots_hash`.
-    pub fn files_cache_entry(&self, roots_hash: u64) -> PathBuf {
+    /// The driver-files cache's entry for the driver roots `roots` (the driver root, the
+    /// device root and the proc root).
+    pub fn files_cache_entry(&self, roots: &[&Path]) -> PathBuf {
+        let parts: Vec<&[u8]> = roots
+            .iter()
+            .map(|p| p.as_os_str().as_encoded_bytes())
+            .collect();
         self.root
-            .join(format!("driver-files-{roots_hash:016x}.json"))
+            .join(format!("driver-files-{}.json", hex(&digest(&parts))))
     }
 
     /// The record of what `nvc attach` granted container `id` of the runtime whose state
@@ -235,12 +240,6 @@ fn open_or_make(root: &Path, path: &Path) -> Result<OwnedFd, StateError> {
 /// `<hash>` 128 bits of SHA-256 over `id` and `scope` (its bundle, or its runtime's
 /// state folder), each length-prefixed: distinct for distinct pairs.
 pub fn key(id: &str, scope: &[u8]) -> String {
-    let mut hash = Sha256::new();
-    for part in [id.as_bytes(), scope] {
-        hash.update((part.len() as u64).to_le_bytes());
-        hash.update(part);
-    }
-    let digest = hash.finalize();
     let shown: String = id
         .bytes()
         .take(SHOWN)
@@ -249,12 +248,23 @@ pub fn key(id: &str, scope: &[u8]) -> String {
             _ => '_',
         })
         .collect();
-    let mut name = shown;
-    name.push('.');
-    for b in &digest[..16] {
-        name.push_str(&format!("{b:02x}"));
+    format!("{shown}.{}", hex(&digest(&[id.as_bytes(), scope])))
+}
+
+/// 128 bits of SHA-256 over `parts`, each length-prefixed: distinct for distinct lists.
+fn digest(parts: &[&[u8]]) -> [u8; 16] {
+    let mut hash = Sha256::new();
+    for part in parts {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
     }
-    name
+    let mut out = [0; 16];
+    out.copy_from_slice(&hash.finalize()[..16]);
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One rootfs's folder of records, with its lock held: a prestart hook holds it from

@@ -74,6 +74,9 @@ pub enum TraceError {
     /// The state folder could not be used.
     #[error(transparent)]
     State(#[from] StateError),
+    /// A file of the record could not be written.
+    #[error(transparent)]
+    File(#[from] crate::files::FileError),
     /// Taking something away in the rootfs failed.
     #[error(transparent)]
     Fs(#[from] FsError),
@@ -345,26 +348,16 @@ impl JournalSink for RecordJournal {
     }
 }
 
-/// Writes `name` in the folder `dir` (at `path`) whole, by a temporary name renamed over
-/// it.
+/// Writes `name` in the record folder `dir` (at `path`) whole ([`crate::files`]'s one
+/// atomic writer).
 fn write_in(dir: &OwnedFd, path: &Path, name: &str, data: &[u8]) -> Result<(), TraceError> {
-    let path = path.join(name);
-    let tmp = format!(".{name}.new");
-    let fd = rustix::fs::openat(
-        dir,
-        tmp.as_str(),
-        OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(io("create", &path))?;
-    File::from(fd)
-        .write_all(data)
-        .map_err(|source| TraceError::Io {
-            op: "write",
-            path: path.clone(),
-            source,
-        })?;
-    rustix::fs::renameat(dir, tmp.as_str(), dir, name).map_err(io("rename", &path))
+    Ok(crate::files::write_atomic_at(
+        dir.as_fd(),
+        path,
+        name,
+        data,
+        0o600,
+    )?)
 }
 
 /// Reads `name` in the folder `dir` (at `path`, for messages), a regular file of at most
@@ -395,8 +388,8 @@ fn read_in(dir: &impl AsFd, name: &str, path: &Path) -> Result<Option<Vec<u8>>, 
     Ok(Some(data))
 }
 
-/// Removes the record folder `name` in `parent` and its files; quietly, as it may not be
-/// there.
+/// Removes the record folder `name` in `parent` and every file in it (a killed writer's
+/// temporary file too); quietly, as it may not be there.
 fn remove_folder(parent: &OwnedFd, name: &str, path: &Path) {
     if let Ok(fd) = rustix::fs::openat(
         parent,
@@ -404,9 +397,15 @@ fn remove_folder(parent: &OwnedFd, name: &str, path: &Path) {
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     ) {
-        for file in [RECORD, JOURNAL, ORIGINAL_CACHE] {
-            let _ = rustix::fs::unlinkat(&fd, file, AtFlags::empty());
-            let _ = rustix::fs::unlinkat(&fd, format!(".{file}.new").as_str(), AtFlags::empty());
+        let names: Vec<std::ffi::CString> = rustix::fs::Dir::read_from(&fd)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_owned())
+            .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+            .collect();
+        for file in names {
+            let _ = rustix::fs::unlinkat(&fd, file.as_c_str(), AtFlags::empty());
         }
     }
     if let Err(e) = rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
