@@ -12,14 +12,14 @@ use std::path::{Path, PathBuf};
 use nvc_config::Config;
 use serde_json::Value;
 
-use crate::discover::{self, DeviceNode, Driver, DriverRoots, Scope};
-use crate::edits::{self, ContainerEdits, ContainerLayout};
+use crate::discover::{DeviceNode, Driver};
+use crate::edits::{self, ContainerEdits};
 use crate::oci::request_policy;
 use crate::oci::spec::SpecView;
 use crate::probe::HostProbe;
 use crate::request::{DeviceSelection, Request, RequestPolicy, DRIVER_CAPABILITIES};
 
-use super::PlanError;
+use super::{PlanError, Stage};
 
 /// The option that names the GPUs, in messages.
 pub const GPUS_OPTION: &str = "--gpus";
@@ -60,7 +60,8 @@ pub enum AttachPlanError {
 }
 
 /// Plans attaching (or detaching) the GPUs `gpus` to the container of `bundle`, under
-/// `config` (read from `config_path`), reading the host through `probe`.
+/// `config` (read from `config_path`), reading the host through `probe`: the plan's one
+/// pipeline ([`super::Plan`]) at [`Stage::Attach`], with the same refusals as a start.
 pub fn for_attach(
     bundle: &Path,
     config: &Config,
@@ -68,18 +69,63 @@ pub fn for_attach(
     probe: &dyn HostProbe,
     gpus: &str,
 ) -> Result<AttachPlan, AttachPlanError> {
-    let (spec_path, spec, view) = super::read_bundle_spec(probe, bundle)?;
-    let policy_of = |privileged| {
-        request_policy(config, privileged).map_err(|e| PlanError::Policy {
-            path: config_path.to_path_buf(),
-            source: e,
-        })
+    let inputs = super::Inputs {
+        bundle,
+        config,
+        source: &super::ConfigSource {
+            path: config_path,
+            from_env: false,
+        },
+        probe,
+        stage: Stage::Attach,
+        handed: &super::Handed::default(),
+        cache: None,
+        gpus: Some(gpus),
     };
-    // The administrator names the GPUs: accepted whatever the container's privileges.
+    let plan = super::plan_of(&inputs).map_err(|stopped| stopped.error)?;
+    let Some(gpu) = plan.gpu.filter(|_| {
+        !matches!(
+            plan.request.devices,
+            DeviceSelection::NotRequested | DeviceSelection::None
+        )
+    }) else {
+        return Err(AttachPlanError::NoGpu(gpus.to_string()));
+    };
+    let policy = request_policy(config, plan.view.privileged).map_err(|e| PlanError::Policy {
+        path: config_path.to_path_buf(),
+        source: e,
+    })?;
+    let spec_gpus = spec_gpus(&plan.view, &gpu.driver, policy);
+    Ok(AttachPlan {
+        spec_path: plan.spec_path,
+        spec: plan.spec,
+        view: plan.view,
+        driver: gpu.driver,
+        edits: gpu.edits,
+        gpu_nodes: gpu.gpu_nodes,
+        spec_gpus,
+        names_mig: gpu.names_mig,
+    })
+}
+
+/// The request of `nvc attach --gpus <gpus>` for the container whose spec is `view`: the
+/// GPUs named, whatever the container's privileges (the administrator names them), with
+/// the container's own `NVIDIA_DRIVER_CAPABILITIES`; requirements are not checked (the
+/// container already runs).
+pub(super) fn request(
+    gpus: &str,
+    view: &SpecView,
+    config: &Config,
+    config_path: &Path,
+) -> Result<Request, PlanError> {
+    let base = request_policy(config, true).map_err(|e| PlanError::Policy {
+        path: config_path.to_path_buf(),
+        source: e,
+    })?;
     let policy = RequestPolicy {
         accept_envvar_unprivileged: true,
         disable_require: true,
-        ..policy_of(true)?
+        ..base
     };
     let mut env = vec![format!("{}={gpus}", crate::request::VISIBLE_DEVICES)];
     let caps_prefix = format!("{DRIVER_CAPABILITIES}=");
@@ -89,33 +135,7 @@ pub fn for_attach(
             .filter(|e| e.starts_with(&caps_prefix))
             .cloned(),
     );
-    let request =
-        Request::from_env(env.iter().map(String::as_str), &policy).map_err(PlanError::Request)?;
-    if matches!(
-        request.devices,
-        DeviceSelection::NotRequested | DeviceSelection::None
-    ) {
-        return Err(AttachPlanError::NoGpu(gpus.to_string()));
-    }
-    let roots = DriverRoots::from_config(&config.driver);
-    let driver = discover::discover_scope(&roots, probe, Scope::Full).map_err(PlanError::from)?;
-    let selected =
-        edits::select(&driver, &request.devices, GPUS_OPTION).map_err(PlanError::from)?;
-    let edits = edits::build(&driver, &request, &selected, &ContainerLayout::default())
-        .map_err(PlanError::from)?;
-    let gpu_nodes = selected.gpus.iter().map(|g| g.node.clone()).collect();
-    let names_mig = !selected.mig.is_empty();
-    let spec_gpus = spec_gpus(&view, &driver, policy_of(view.privileged)?);
-    Ok(AttachPlan {
-        spec_path,
-        spec,
-        view,
-        driver,
-        edits,
-        gpu_nodes,
-        spec_gpus,
-        names_mig,
-    })
+    Request::from_env(env.iter().map(String::as_str), &policy).map_err(PlanError::Request)
 }
 
 /// The bus ids of the GPUs the container's own request selects; none when it asks for

@@ -6,18 +6,18 @@
 //! `setup`), and `nvc check --bundle` renders the plan, or the step it stopped at, as the
 //! rows of its report. None of them runs a step of its own.
 //!
-//! | step | [`Stage::Runtime`] | [`Stage::Hook`] | [`Stage::Check`] |
-//! | --- | --- | --- | --- |
-//! | read and view the spec | yes | yes | yes |
-//! | refuse a linked `/dev` (any container) | yes | | yes |
-//! | the request (policy, environment, annotations) | yes | yes | yes |
-//! | refuse a rootfs that is the host's `/` (GPU containers) | yes | (nvc-host, by fd) | yes |
-//! | discover the driver | devices | all | all |
-//! | … of the devices: MIG, IMEX | those the request uses | those the request uses | all |
-//! | … the nodes the spec has | from the host | from the spec | from the host |
-//! | select the GPUs, edits | default layout | default layout | the image's layout |
-//! | the prestart hook entry, and that it exists | yes | | yes |
-//! | the requirements (`NVIDIA_REQUIRE_*`) | | yes | yes |
+//! | step | [`Stage::Runtime`] | [`Stage::Hook`] | [`Stage::Check`] | [`Stage::Attach`] |
+//! | --- | --- | --- | --- | --- |
+//! | read and view the spec | yes | yes | yes | yes |
+//! | refuse a linked `/dev` (any container) | yes | | yes | yes |
+//! | the request (policy, environment, annotations) | yes | yes | yes | given (`--gpus`) |
+//! | refuse a rootfs that is the host's `/` (GPU containers) | yes | (nvc-host, by fd) | yes | yes (and nvc-host) |
+//! | discover the driver | devices | all | all | all |
+//! | … of the devices: MIG, IMEX | those the request uses | those the request uses | all | those the request uses |
+//! | … the nodes the spec has | from the host | from the spec | from the host | from the host |
+//! | select the GPUs, edits | default layout | default layout | the image's layout | default layout |
+//! | the prestart hook entry, and that it exists | yes | | yes | |
+//! | the requirements (`NVIDIA_REQUIRE_*`) | | yes | yes | |
 
 pub mod attach;
 mod handed;
@@ -53,6 +53,9 @@ pub enum Stage {
     Hook,
     /// `nvc check --bundle`: both, without acting.
     Check,
+    /// `nvc attach` and `nvc detach`: a running container gets (or loses) the GPUs the
+    /// command names ([`attach::for_attach`]).
+    Attach,
 }
 
 /// A step of the plan, named where it stops.
@@ -243,6 +246,11 @@ pub struct GpuPlan {
     pub drop_device_mounts: bool,
     /// Whether the requirements were checked (false: none, disabled, or not this stage).
     pub requirements_checked: bool,
+    /// The nodes of the GPUs selected alone (`/dev/nvidiaN`), without the nodes every
+    /// GPU shares.
+    pub gpu_nodes: Vec<crate::discover::DeviceNode>,
+    /// Whether a MIG device was selected.
+    pub names_mig: bool,
 }
 
 /// The prestart hook of a plan.
@@ -316,7 +324,6 @@ impl Plan {
         handed: &Handed,
         cache: Option<&dyn FilesCache>,
     ) -> Result<Plan, Stopped> {
-        let mut progress = Progress::default();
         let inputs = Inputs {
             bundle,
             config,
@@ -325,14 +332,21 @@ impl Plan {
             stage,
             handed,
             cache,
+            gpus: None,
         };
-        match plan(&inputs, &mut progress) {
-            Ok(plan) => Ok(plan),
-            Err(error) => Err(Stopped {
-                error,
-                progress: Box::new(progress),
-            }),
-        }
+        plan_of(&inputs)
+    }
+}
+
+/// [`plan`], with what it had learnt when it stopped.
+fn plan_of(inputs: &Inputs<'_>) -> Result<Plan, Stopped> {
+    let mut progress = Progress::default();
+    match plan(inputs, &mut progress) {
+        Ok(plan) => Ok(plan),
+        Err(error) => Err(Stopped {
+            error,
+            progress: Box::new(progress),
+        }),
     }
 }
 
@@ -359,6 +373,9 @@ struct Inputs<'a> {
     stage: Stage,
     handed: &'a Handed,
     cache: Option<&'a dyn FilesCache>,
+    /// The GPUs the caller names, as `NVIDIA_VISIBLE_DEVICES` takes them
+    /// ([`Stage::Attach`]): the request instead of the container's.
+    gpus: Option<&'a str>,
 }
 
 fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError> {
@@ -370,6 +387,7 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
         stage,
         handed,
         cache,
+        gpus,
     } = *inputs;
     let (spec_path, spec, view) = read_bundle_spec(probe, bundle)?;
     progress.view = Some(view.clone());
@@ -388,13 +406,16 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
             device_mounts.push(name.clone());
         }
     }
-    let request = Request::from_container(
-        view.env.iter().map(String::as_str),
-        &view.annotations,
-        &device_mounts,
-        &policy,
-    )
-    .map_err(PlanError::Request)?;
+    let request = match gpus {
+        Some(gpus) => attach::request(gpus, &view, config, source.path)?,
+        None => Request::from_container(
+            view.env.iter().map(String::as_str),
+            &view.annotations,
+            &device_mounts,
+            &policy,
+        )
+        .map_err(PlanError::Request)?,
+    };
     progress.request = Some(request.clone());
     if !request.wants_gpu_support() {
         return Ok(Plan {
@@ -411,7 +432,7 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
     let scope = match stage {
         // Only the GPUs and their nodes: the files are the hook's business.
         Stage::Runtime => Scope::Devices,
-        Stage::Hook | Stage::Check => Scope::Full,
+        Stage::Hook | Stage::Check | Stage::Attach => Scope::Full,
     };
     // A start reads only the devices its request can use; the hook takes the nodes the
     // spec has from the spec (the shim put them there, and the runtime made them), as
@@ -423,18 +444,18 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
             .gpus
             .as_ref()
             .and_then(|g| g.fresh(&roots.nvidia_proc())),
-        Stage::Runtime | Stage::Check => None,
+        Stage::Runtime | Stage::Check | Stage::Attach => None,
     };
     let reading = Reading {
         scope,
         cache,
         needs: match stage {
-            Stage::Runtime | Stage::Hook => DeviceNeeds::of(&request),
+            Stage::Runtime | Stage::Hook | Stage::Attach => DeviceNeeds::of(&request),
             Stage::Check => DeviceNeeds::ALL,
         },
         in_spec: match stage {
             Stage::Hook => &view.devices,
-            Stage::Runtime | Stage::Check => &[],
+            Stage::Runtime | Stage::Check | Stage::Attach => &[],
         },
         gpus: handed_gpus.as_ref(),
     };
@@ -443,11 +464,15 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
     let layout = match stage {
         // The hook learns the image's folders inside the container (nvc-host relocates
         // the edits there); the spec gets no library.
-        Stage::Runtime | Stage::Hook => ContainerLayout::default(),
+        Stage::Runtime | Stage::Hook | Stage::Attach => ContainerLayout::default(),
         Stage::Check => image_layout(probe, &view.rootfs),
     };
     // The GPUs are selected once, for the edits and the requirements alike.
-    let selected = edits::select(&driver, &request.devices, "NVIDIA_VISIBLE_DEVICES")?;
+    let named_by = match stage {
+        Stage::Attach => attach::GPUS_OPTION,
+        _ => crate::request::VISIBLE_DEVICES,
+    };
+    let selected = edits::select(&driver, &request.devices, named_by)?;
     let edits = edits::build(&driver, &request, &selected, &layout)?;
     progress.edits = Some(edits.clone());
     progress.layout = Some(layout.clone());
@@ -455,7 +480,7 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
     // adds; a hook already in the spec (Docker's `--gpus`) reads them where they are.
     let mut drop_device_mounts = false;
     let hook = match stage {
-        Stage::Hook => None,
+        Stage::Hook | Stage::Attach => None,
         Stage::Runtime | Stage::Check => {
             let mut entry = hook_entry(config, source);
             entry.poststop = leaves_no_trace(config, &view);
@@ -495,8 +520,11 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
             Some(hook)
         }
     };
-    let requirements_checked =
-        stage != Stage::Runtime && request.check_requirements && !request.requirements.is_empty();
+    let gpu_nodes = selected.gpus.iter().map(|g| g.node.clone()).collect();
+    let names_mig = !selected.mig.is_empty();
+    let requirements_checked = matches!(stage, Stage::Hook | Stage::Check)
+        && request.check_requirements
+        && !request.requirements.is_empty();
     if requirements_checked {
         let loaded = edits::check_selected(&driver, probe, &request, &selected)?;
         // The next start answers `cuda` constraints without loading libcuda.
@@ -516,6 +544,8 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
             hook,
             drop_device_mounts,
             requirements_checked,
+            gpu_nodes,
+            names_mig,
         }),
     })
 }
