@@ -56,26 +56,32 @@ impl ContainerRoot {
     /// directory of the caller (the host's, or the mount namespace's it entered) is
     /// refused: [`FsError::HostRoot`].
     pub fn open_with(rootfs: &Path, resolver: Resolver) -> Result<Self, FsError> {
-        let host = |op: &'static str| {
-            let path = rootfs.to_path_buf();
-            move |e: Errno| FsError::Host {
-                op,
-                path,
-                source: e.into(),
-            }
-        };
         let fd = rustix::fs::open(
             rootfs,
             OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
         )
-        .map_err(host("open container root"))?;
+        .map_err(|e| FsError::Host {
+            op: "open container root",
+            path: rootfs.to_path_buf(),
+            source: e.into(),
+        })?;
         refuse_root_dir(&fd, rootfs)?;
-        let mount = walk::mount_id(fd.as_fd()).map_err(host("find the mount of"))?;
+        Self::from_fd(fd, rootfs, resolver)
+    }
+
+    /// The one constructor of a root: the folder `fd` is open on, named `shown` in
+    /// messages, resolved with `resolver`; everything on its mount.
+    pub(super) fn from_fd(fd: OwnedFd, shown: &Path, resolver: Resolver) -> Result<Self, FsError> {
+        let mount = walk::mount_id(fd.as_fd()).map_err(|e| FsError::Host {
+            op: "find the mount of",
+            path: shown.to_path_buf(),
+            source: e.into(),
+        })?;
         Ok(ContainerRoot {
             fd,
             resolver,
-            path: rootfs.to_path_buf(),
+            path: shown.to_path_buf(),
             mount,
             prefix: PathBuf::from("/"),
             read_only: false,

@@ -4,7 +4,7 @@
 //! device node back out (unmounted, then removed).
 
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -37,23 +37,7 @@ impl ContainerRoot {
             path: shown.to_path_buf(),
             source: e.into(),
         })?;
-        let mount = walk::mount_id(fd.as_fd()).map_err(|e| FsError::Host {
-            op: "find the mount of",
-            path: shown.to_path_buf(),
-            source: e.into(),
-        })?;
-        Ok(ContainerRoot {
-            fd,
-            resolver: Resolver::detect(),
-            path: shown.to_path_buf(),
-            mount,
-            prefix: PathBuf::from("/"),
-            read_only: false,
-            propagation: Default::default(),
-            journal: Default::default(),
-            journaled: true,
-            dirs: Default::default(),
-        })
+        Self::from_fd(fd, shown, Resolver::detect())
     }
 
     /// What is at `path`, links followed inside the root and across mounts, or `None`
