@@ -28,8 +28,6 @@ use serde_json::{json, Value};
 /// The paths (as JSON pointers' components) of the objects and arrays that [`apply`]
 /// creates or appends to.
 const OWNED: &[&[&str]] = &[
-    &["annotations"],
-    &["annotations", libnvc::oci::spec::CRUN_HOOKS_STDERR],
     &["hooks"],
     &["hooks", "prestart"],
     &["hooks", "poststop"],

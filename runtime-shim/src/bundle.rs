@@ -12,8 +12,14 @@ use nvc_host::probe::RealHost;
 
 use crate::error::ShimError;
 
-/// Edits `<bundle>/config.json` for the GPUs its environment asks for.
-pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<(), ShimError> {
+/// Edits `<bundle>/config.json` for the GPUs its environment asks for. `crun`: the
+/// runtime sends a hook's stderr nowhere unless told (`spec::route_crun_hook_stderr`).
+pub fn prepare(
+    bundle: &Path,
+    config: &Config,
+    source: &ConfigSource,
+    crun: bool,
+) -> Result<(), ShimError> {
     let spec_path = bundle.join("config.json");
     // A shim killed while saving a spec (SIGKILL runs no cleanup) leaves its temporary
     // file; take it away even when this run writes nothing.
@@ -56,6 +62,12 @@ pub fn prepare(bundle: &Path, config: &Config, source: &ConfigSource) -> Result<
     // Nothing is written on error: the spec is edited where it is, not in a copy.
     let (mut spec, mut changed) =
         spec::apply_owned(spec, &gpu.edits, &hook.entry).map_err(edit_error)?;
+    // Where the hook is added, crun is told to pass its refusals on; runc does, and every
+    // hook reads the annotations, so no other runtime's container gets one it did not ask
+    // for.
+    if crun && !hook.in_spec {
+        changed |= spec::route_crun_hook_stderr(&mut spec).map_err(edit_error)?;
+    }
     // The device plugin's mounts, read: the hook gets them in its arguments.
     if gpu.drop_device_mounts {
         changed |= spec::drop_device_mounts(&mut spec).map_err(edit_error)?;

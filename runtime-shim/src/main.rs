@@ -85,7 +85,12 @@ fn run(runc: &RuncArgs, args: &[OsString]) -> Result<Infallible, ShimError> {
         path: &config_path,
         from_env: std::env::var_os(nvc_config::CONFIG_ENV).is_some_and(|v| !v.is_empty()),
     };
-    bundle::prepare(&bundle, &config, &source)?;
+    bundle::prepare(
+        &bundle,
+        &config,
+        &source,
+        runtime::drops_hook_stderr(&runtime),
+    )?;
     Err(runtime::exec(&runtime, args))
 }
 

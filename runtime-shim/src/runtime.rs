@@ -71,6 +71,26 @@ pub fn find_from_env(candidates: &[String], config: &Path) -> Result<PathBuf, Sh
     })
 }
 
+/// File names of runtimes that send a hook's stderr nowhere unless the spec's
+/// `run.oci.hooks.stderr` annotation names a file: crun, and krun (crun built with
+/// libkrun).
+const NO_HOOK_STDERR: &[&str] = &["crun", "krun"];
+
+/// Whether `runtime` is crun (see [`NO_HOOK_STDERR`]), by its file name or, for a link,
+/// its target's: the spec then gets `libnvc::oci::spec::CRUN_HOOKS_STDERR`, so that the
+/// hook's refusal reaches the user. runc passes a hook's stderr on itself.
+pub fn drops_hook_stderr(runtime: &Path) -> bool {
+    let named = |p: &Path| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| NO_HOOK_STDERR.contains(&n))
+    };
+    // The target is read only for a link: one lstat, as most runtimes are files.
+    named(runtime)
+        || (std::fs::symlink_metadata(runtime).is_ok_and(|m| m.file_type().is_symlink())
+            && std::fs::canonicalize(runtime).is_ok_and(|p| named(&p)))
+}
+
 /// Replaces this process with `runtime`, given `args` (the shim's own `argv[1..]`)
 /// unchanged; returns only on failure.
 pub fn exec(runtime: &Path, args: &[OsString]) -> ShimError {
@@ -125,6 +145,23 @@ mod tests {
         );
         // Empty PATH entries (the current directory) are not searched.
         assert_eq!(find(&names(&["runc"]), OsStr::new(":"), None), None);
+    }
+
+    #[test]
+    fn crun_is_known_by_its_name_or_its_link_s_target() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["crun", "krun", "runc", "youki", "crun-wrapper"] {
+            executable(&dir.path().join(name));
+        }
+        let is = |name: &str| drops_hook_stderr(&dir.path().join(name));
+        assert!(is("crun") && is("krun"));
+        assert!(!is("runc") && !is("youki") && !is("crun-wrapper"));
+        // The name alone is enough (runtimes are looked up before this).
+        assert!(drops_hook_stderr(Path::new("/nonexistent/crun")));
+        std::os::unix::fs::symlink(dir.path().join("crun"), dir.path().join("oci")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("runc"), dir.path().join("default")).unwrap();
+        assert!(is("oci"));
+        assert!(!is("default"));
     }
 
     #[test]

@@ -478,13 +478,36 @@ fn hooks_include(top: &Map<String, Value>, hook: &HookEntry) -> Result<bool, Spe
 /// own stderr, where runc writes it and the engine shows it.
 pub const CRUN_HOOKS_STDERR: &str = "run.oci.hooks.stderr";
 
+/// Adds the [`CRUN_HOOKS_STDERR`] annotation, naming `/dev/stderr`, unless the spec has
+/// one; returns whether anything changed. For crun alone: crun sends a hook's stderr
+/// nowhere unless this names a file, so the hook's refusal ("cuda>=13.0 is not met")
+/// would reach no one, only "error executing hook". Other runtimes ignore it, but every
+/// hook reads the annotations in the container's state, and a runtime that runs them
+/// must hand over the annotations the user wrote, no more (OCI runtime spec, state).
+/// A field of the wrong type is an error, and `spec` is then left as it was.
+pub fn route_crun_hook_stderr(spec: &mut Value) -> Result<bool, SpecError> {
+    let found = type_name(spec);
+    let Value::Object(top) = spec else {
+        return Err(SpecError::WrongType {
+            field: "top level".into(),
+            expected: "an object",
+            found,
+        });
+    };
+    let annotations = object_mut(top, "annotations", "annotations")?;
+    if annotations.contains_key(CRUN_HOOKS_STDERR) {
+        return Ok(false);
+    }
+    annotations.insert(CRUN_HOOKS_STDERR.into(), json!("/dev/stderr"));
+    Ok(true)
+}
+
 /// Adds `edits.device_nodes` and `hook` to `spec`; returns whether anything changed.
 ///
 /// - `hook` goes to `hooks.prestart` unless a prestart or createRuntime hook is
 ///   already `hook.path` or named as one of [`KNOWN_HOOK_NAMES`]; with it, the same
 ///   program as `<name> poststop` to `hooks.poststop` (it takes away what the prestart
-///   hook made in the rootfs), and the [`CRUN_HOOKS_STDERR`] annotation unless the spec
-///   has one.
+///   hook made in the rootfs). Under crun, [`route_crun_hook_stderr`] too.
 /// - Each device node goes to `linux.devices` unless a device has its path, and its
 ///   allow rule (`rwm`) to `linux.resources.devices` unless the same rule is there: runc
 ///   then creates the nodes and opens the device cgroup (v1 and v2) itself.
@@ -553,13 +576,6 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
         array_mut(hooks, "prestart", "hooks.prestart")?.push(entry);
         if let Some(poststop) = poststop {
             array_mut(hooks, "poststop", "hooks.poststop")?.push(poststop);
-        }
-        // crun sends a hook's stderr nowhere unless this annotation names a file: the
-        // hook's refusal ("cuda>=13.0 is not met") would reach no one, only "error
-        // executing hook". runc ignores the annotation; one the spec has is kept.
-        let annotations = object_mut(top, "annotations", "annotations")?;
-        if !annotations.contains_key(CRUN_HOOKS_STDERR) {
-            annotations.insert(CRUN_HOOKS_STDERR.into(), json!("/dev/stderr"));
         }
         changed = true;
     }
@@ -1002,7 +1018,6 @@ mod tests {
                     "env": ["PATH=/usr/bin:/bin"],
                     "timeout": 32
                 }]},
-                "annotations": {"run.oci.hooks.stderr": "/dev/stderr"},
                 "linux": {
                     "devices": [
                         {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255, "fileMode": 438, "uid": 0, "gid": 0},
@@ -1077,14 +1092,45 @@ mod tests {
     }
 
     #[test]
-    fn a_hooks_stderr_annotation_of_the_spec_is_kept() {
+    fn apply_adds_no_annotation() {
         let mut spec = minimal();
-        spec["annotations"] = json!({"run.oci.hooks.stderr": "/var/log/hooks.err", "io.x": "y"});
         assert!(apply(&mut spec, &edits(), &hook()).unwrap());
+        assert!(spec.get("annotations").is_none(), "{spec}");
+        let mut again = minimal();
+        again["annotations"] = json!({"io.x": "y"});
+        assert!(apply(&mut again, &edits(), &hook()).unwrap());
+        assert_eq!(again["annotations"], json!({"io.x": "y"}));
+    }
+
+    #[test]
+    fn crun_hook_stderr_is_routed_once_and_a_spec_s_own_is_kept() {
+        let mut spec = minimal();
+        assert!(route_crun_hook_stderr(&mut spec).unwrap());
         assert_eq!(
             spec["annotations"],
+            json!({"run.oci.hooks.stderr": "/dev/stderr"})
+        );
+        let once = to_bytes(&spec).unwrap();
+        assert!(!route_crun_hook_stderr(&mut spec).unwrap());
+        assert_eq!(to_bytes(&spec).unwrap(), once);
+
+        let mut own = minimal();
+        own["annotations"] = json!({"run.oci.hooks.stderr": "/var/log/hooks.err", "io.x": "y"});
+        assert!(!route_crun_hook_stderr(&mut own).unwrap());
+        assert_eq!(
+            own["annotations"],
             json!({"run.oci.hooks.stderr": "/var/log/hooks.err", "io.x": "y"})
         );
+        // Null is missing; another type is an error that leaves the spec as it was.
+        let mut null = minimal();
+        null["annotations"] = Value::Null;
+        assert!(route_crun_hook_stderr(&mut null).unwrap());
+        let mut wrong = minimal();
+        wrong["annotations"] = json!([]);
+        let before = wrong.clone();
+        let e = route_crun_hook_stderr(&mut wrong).unwrap_err();
+        assert!(e.to_string().contains("annotations"), "{e}");
+        assert_eq!(wrong, before);
     }
 
     #[test]
