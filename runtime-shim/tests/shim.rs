@@ -574,7 +574,9 @@ fn gpu_container_gets_nodes_rules_and_hook() {
         assert_eq!(rules.iter().filter(|r| **r == rule).count(), 1, "{path}");
     }
     assert_eq!(rules.len(), 1 + want.len());
-    // Everything else as it was.
+    // Everything else as it was; no annotation for a runtime that is not crun (see
+    // `only_crun_gets_the_hooks_stderr_annotation`).
+    assert!(edited.get("annotations").is_none(), "{edited}");
     assert_eq!(edited["vendorExtension"], spec["vendorExtension"]);
     assert_eq!(edited["linux"]["unknownKnob"], 1);
     assert_eq!(edited["process"], spec["process"]);
@@ -611,6 +613,63 @@ fn gpu_container_gets_nodes_rules_and_hook() {
         )),
         "{err}"
     );
+}
+
+/// crun sends a hook's stderr nowhere unless `run.oci.hooks.stderr` names a file: the
+/// shim adds it when the runtime it runs is crun, and for no other runtime, whose hooks
+/// would read in the state an annotation the user never wrote.
+#[test]
+fn only_crun_gets_the_hooks_stderr_annotation() {
+    nvc_tests::require_root("the fake driver tree has device nodes");
+    let mut w = World::new();
+    let driver_dir = w.dir.path().join("driver");
+    fs::create_dir(&driver_dir).unwrap();
+    let fake = nvc_tests::FakeDriverSpec::default()
+        .build(&driver_dir)
+        .unwrap();
+    let driver_and_log = fs::read_to_string(&fake.config).unwrap();
+    let mut spec = spec_with_env(&["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"]);
+    spec["annotations"] = json!({"org.example": "kept"});
+    let bundle = w.bundle.to_str().unwrap().to_string();
+    let args = ["create", "--bundle", &bundle, "ctr"];
+    let annotations = |w: &World| {
+        let edited: Value = serde_json::from_slice(&fs::read(w.spec_path()).unwrap()).unwrap();
+        edited["annotations"].clone()
+    };
+
+    w.write_config(&driver_and_log);
+    w.write_spec(&spec);
+    ok(&w.shim(&args));
+    assert_eq!(annotations(&w), json!({"org.example": "kept"}));
+
+    // The same fake runtime, named crun; and through a link named otherwise.
+    let crun = w.dir.path().join("crun");
+    fs::copy(&w.runtime, &crun).unwrap();
+    let link = w.dir.path().join("oci-runtime");
+    std::os::unix::fs::symlink(&crun, &link).unwrap();
+    for runtime in [crun, link] {
+        w.runtime = runtime;
+        w.write_config(&driver_and_log);
+        w.write_spec(&spec);
+        let _ = fs::remove_file(&w.record);
+        ok(&w.shim(&args));
+        assert!(w.recorded().is_some());
+        assert_eq!(
+            annotations(&w),
+            json!({"org.example": "kept", "run.oci.hooks.stderr": "/dev/stderr"}),
+            "{}",
+            w.runtime.display()
+        );
+        // One the spec names is kept.
+        let mut own = spec.clone();
+        own["annotations"]["run.oci.hooks.stderr"] = json!("/var/log/hooks.err");
+        w.write_spec(&own);
+        ok(&w.shim(&args));
+        assert_eq!(
+            annotations(&w)["run.oci.hooks.stderr"],
+            "/var/log/hooks.err"
+        );
+    }
 }
 
 #[test]
