@@ -142,6 +142,7 @@ fn spec_with_env(env: &[&str]) -> Value {
         "root": {"path": "rootfs", "readonly": true},
         "hostname": "runc",
         "linux": {
+            "namespaces": [{"type": "pid"}, {"type": "mount"}],
             "resources": {"devices": [{"allow": false, "access": "rwm"}]},
             "unknownKnob": 1
         },
@@ -669,6 +670,47 @@ fn only_crun_gets_the_hooks_stderr_annotation() {
             annotations(&w)["run.oci.hooks.stderr"],
             "/var/log/hooks.err"
         );
+    }
+}
+
+/// A GPU container needs a mount namespace of its own: one with no `mount` namespace, or
+/// one that joins an existing one, is refused before the runtime runs (and before the
+/// driver is read: this world has none), its spec untouched, with the cause named; a
+/// container that asks for no GPU is left to the runtime.
+#[test]
+fn a_gpu_container_without_a_mount_namespace_of_its_own_is_refused_before_the_runtime() {
+    let w = World::new();
+    let bundle = w.bundle.to_str().unwrap();
+    for (namespaces, cause) in [
+        (
+            json!([{"type": "pid"}]),
+            "has no \"mount\" entry".to_string(),
+        ),
+        (json!(null), "has no \"mount\" entry".to_string()),
+        (
+            json!([{"type": "mount", "path": "/proc/1/ns/mnt"}]),
+            "joins the one at /proc/1/ns/mnt".to_string(),
+        ),
+    ] {
+        let mut spec = spec_with_env(&["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=all"]);
+        spec["linux"]["namespaces"] = namespaces.clone();
+        let bytes = w.write_spec(&spec);
+        let _ = fs::remove_file(&w.record);
+        let err = failed(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+        let want = format!(
+            "nvc-runtime: a GPU container needs a mount namespace of its own, and \
+             linux.namespaces in {} {cause}",
+            w.spec_path().display()
+        );
+        assert!(err.starts_with(&want), "{namespaces}: {err}");
+        assert!(w.recorded().is_none(), "the runtime ran: {namespaces}");
+        assert_eq!(fs::read(w.spec_path()).unwrap(), bytes, "{namespaces}");
+
+        spec["process"]["env"] = json!(["PATH=/bin"]);
+        let bytes = w.write_spec(&spec);
+        ok(&w.shim(&["create", "--bundle", bundle, "ctr"]));
+        assert!(w.recorded().is_some());
+        assert_eq!(fs::read(w.spec_path()).unwrap(), bytes);
     }
 }
 

@@ -810,6 +810,53 @@ fn bundle_the_shim_refuses_is_said_not_to_start() {
 }
 
 #[test]
+fn bundle_without_a_mount_namespace_of_its_own_is_refused_for_a_gpu() {
+    // nvc-runtime refuses a GPU container that shares the runtime's mount namespace or
+    // joins another: `nvc check` shows the step, in the same words.
+    let host = Host::new();
+    for (namespaces, cause) in [
+        (json!([{"type": "pid"}]), "has no \"mount\" entry"),
+        (
+            json!([{"type": "mount", "path": "/proc/1/ns/mnt"}]),
+            "joins the one at /proc/1/ns/mnt",
+        ),
+    ] {
+        let dir = host.path("bundle-namespaces");
+        let rootfs = dir.join("rootfs");
+        std::fs::create_dir_all(&rootfs).unwrap();
+        Bundle::new(&dir, &rootfs)
+            .unwrap()
+            .env(&["NVIDIA_VISIBLE_DEVICES=all"])
+            .set("/linux/namespaces", namespaces.clone())
+            .write()
+            .unwrap();
+        let out = host.check(&["--bundle", dir.to_str().unwrap()]);
+        assert_eq!(out.code, Some(1), "{}", out.stdout);
+        out.assert_row(
+            "namespace",
+            "✘",
+            &["needs a mount namespace of its own", cause],
+        );
+        assert!(
+            out.stdout.contains(
+                "The container would not start: nvc-runtime: a GPU container needs a mount \
+                 namespace of its own"
+            ),
+            "{namespaces}: {}",
+            out.stdout
+        );
+        // Without a GPU, the runtime's business.
+        Bundle::new(&dir, &rootfs)
+            .unwrap()
+            .set("/linux/namespaces", namespaces)
+            .write()
+            .unwrap();
+        let out = host.check(&["--bundle", dir.to_str().unwrap()]);
+        assert_eq!(out.code, Some(0), "{}", out.stdout);
+    }
+}
+
+#[test]
 fn bundle_with_a_valid_request_lists_what_it_gets() {
     let host = Host::new();
     let gpus = host.gpus();

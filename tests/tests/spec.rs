@@ -282,3 +282,61 @@ fn unknown_fields_survive_and_a_second_pass_changes_nothing() {
         1
     );
 }
+
+/// A GPU container with no mount namespace of its own is refused by nvc-runtime before
+/// runc runs, the message naming the cause: none (the OCI validation program
+/// `linux_ns_itype`'s spec, every namespace inherited), or one joined by path (another
+/// process's). The hook, which would have refused later and for another reason (the
+/// state's process in its own mount namespace), never runs.
+#[test]
+fn a_gpu_container_without_a_mount_namespace_of_its_own_is_refused_naming_the_cause() {
+    let w = World::new();
+    let holder = nvc_tests::KillOnDrop(
+        std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sleep", "120"])
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let joined = format!("/proc/{}/ns/mnt", holder.pid());
+    let others = [
+        json!({"type": "pid"}),
+        json!({"type": "network"}),
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+    ];
+    let mut with_path = others.to_vec();
+    with_path.push(json!({"type": "mount", "path": joined}));
+    for (namespaces, cause) in [
+        (json!([]), "has no \"mount\" entry".to_string()),
+        (json!(others), "has no \"mount\" entry".to_string()),
+        (json!(with_path), format!("joins the one at {joined}")),
+    ] {
+        let b = w
+            .bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "true")
+            .set("/linux/namespaces", namespaces.clone())
+            .write()
+            .unwrap();
+        let id = nvc_tests::container_id("nvc-no-mntns");
+        let out = w.start(&w.rt, &b, &id);
+        assert!(
+            !out.success()
+                && out
+                    .stderr
+                    .contains("a GPU container needs a mount namespace of its own")
+                && out.stderr.contains(&cause),
+            "{namespaces}: not refused for its cause ({cause}):\n{out:?}\n{}",
+            w.nvc_log()
+        );
+        assert!(!out.stderr.contains("forged or stale"), "{out:?}");
+        assert!(
+            nvc_tests::runc_containers(&w.rt.state_root).is_empty(),
+            "runc ran: {namespaces}"
+        );
+    }
+    assert!(
+        !w.nvc_log().contains(" nvc-hook ["),
+        "the hook ran:\n{}",
+        w.nvc_log()
+    );
+}

@@ -210,6 +210,9 @@ fn fix_for(step: Step) -> &'static str {
     match step {
         Step::Spec => "give the bundle a valid OCI config.json (`runc spec` writes one)",
         Step::Rootfs => "",
+        Step::Namespace => {
+            "give the container a mount namespace of its own: {\"type\": \"mount\"}, with no path, in linux.namespaces"
+        }
         Step::Policy => "fix [requests] in the nvc config",
         Step::Request => {
             "fix the container's NVIDIA_* variables (see README: What a container asks for)"
@@ -318,7 +321,8 @@ pub fn explain(dir: &Path, probe: &Probe) -> BundleReport {
         report.would_start = true;
         return report;
     }
-    if let Some(s) = stopped.filter(|s| s.error.step() == Step::Rootfs) {
+    // What the shim refuses of a GPU container before it reads the driver.
+    if let Some(s) = stopped.filter(|s| matches!(s.error.step(), Step::Rootfs | Step::Namespace)) {
         return fail(report, s, None);
     }
     report.gpu_support = true;

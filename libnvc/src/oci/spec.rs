@@ -111,6 +111,32 @@ pub struct SpecView {
     /// The names under `/var/run/nvidia-container-devices` of the spec's mounts there
     /// (the device plugin's `volume-mounts` strategy; see `crate::request`), in order.
     pub device_mounts: Vec<String>,
+    /// The container's mount namespace, as `linux.namespaces` gives it.
+    pub mount_namespace: MountNamespace,
+}
+
+/// A container's mount namespace, as the spec's `linux.namespaces` gives it (read, not
+/// checked: the runtime validates its namespaces).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountNamespace {
+    /// A new one, the container's own: a `mount` entry with no path (or an empty one).
+    New,
+    /// An existing one, joined: a `mount` entry with a path.
+    Joined(PathBuf),
+    /// None of its own: no `mount` entry, and the container stays in the runtime's.
+    Inherited,
+}
+
+impl MountNamespace {
+    /// The mount namespace of a spec whose `linux.namespaces` has the entries
+    /// `(type, path)`; the first `mount` entry decides.
+    fn of<'a>(entries: impl IntoIterator<Item = (Option<&'a str>, Option<&'a str>)>) -> Self {
+        match entries.into_iter().find(|(kind, _)| *kind == Some("mount")) {
+            None => MountNamespace::Inherited,
+            Some((_, Some(path))) if !path.is_empty() => MountNamespace::Joined(path.into()),
+            Some(_) => MountNamespace::New,
+        }
+    }
 }
 
 /// A hook as the OCI spec writes it.
@@ -361,6 +387,20 @@ pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
 
     let mount_destinations = destinations(top).map(PathBuf::from).collect();
     let device_mounts = destinations(top).filter_map(device_mount_name).collect();
+    // Read like the mounts: entries of another shape are the runtime's to refuse.
+    let mount_namespace = MountNamespace::of(
+        top.get("linux")
+            .and_then(|l| l.get("namespaces"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|n| {
+                (
+                    n.get("type").and_then(Value::as_str),
+                    n.get("path").and_then(Value::as_str),
+                )
+            }),
+    );
 
     Ok(SpecView {
         env,
@@ -372,6 +412,7 @@ pub fn view(spec: &Value, bundle: &Path) -> Result<SpecView, SpecError> {
         tmpfs_mounts,
         mount_destinations,
         device_mounts,
+        mount_namespace,
     })
 }
 
@@ -936,7 +977,12 @@ mod tests {
         let minimal = r#"{"root":{"path":"/abs/rootfs"}}"#;
         let nulls = r#"{"root":{"path":"r","readonly":null},"process":null,"linux":{"devices":null},
             "annotations":null,"mounts":null}"#;
-        for text in [typical, minimal, nulls] {
+        let joined = r#"{"root":{"path":"r"},"linux":{"namespaces":[{"type":"pid"},
+            {"type":"mount","path":"/proc/7/ns/mnt"},{"type":"mount"}]}}"#;
+        let no_mount = r#"{"root":{"path":"r"},"linux":{"namespaces":[{"type":"pid","path":""}]}}"#;
+        let empty_path =
+            r#"{"root":{"path":"r"},"linux":{"namespaces":[{"type":"mount","path":""}]}}"#;
+        for text in [typical, minimal, nulls, joined, no_mount, empty_path] {
             let parsed: Value = serde_json::from_str(text).unwrap();
             let typed = typed::view(text.as_bytes(), Path::new("/b"));
             assert_eq!(
@@ -969,10 +1015,43 @@ mod tests {
             r#"{"root":{"path":"r"},"annotations":{"a":1}}"#,
             r#"{"root":{"path":"r"},"annotations":["a"]}"#,
             r#"{"root":{"path":"r"},"annotations":{"a":"1","a":"2"}}"#,
+            r#"{"root":{"path":"r"},"linux":{"namespaces":{"type":"mount"}}}"#,
+            r#"{"root":{"path":"r"},"linux":{"namespaces":["mount",{"type":"mount","path":7}]}}"#,
         ] {
             let (read, value) = both_views(text);
             assert_eq!(read, value, "{text}");
         }
+    }
+
+    #[test]
+    fn the_mount_namespace_is_read_from_the_first_mount_entry() {
+        let of = |namespaces: Value| {
+            let spec = json!({"root": {"path": "r"}, "linux": {"namespaces": namespaces}});
+            view(&spec, Path::new("/b")).unwrap().mount_namespace
+        };
+        assert_eq!(of(json!([{"type": "mount"}])), MountNamespace::New);
+        assert_eq!(
+            of(json!([{"type": "mount", "path": ""}, {"type": "mount", "path": "/x"}])),
+            MountNamespace::New
+        );
+        assert_eq!(
+            of(json!([{"type": "pid"}, {"type": "mount", "path": "/proc/7/ns/mnt"}])),
+            MountNamespace::Joined(PathBuf::from("/proc/7/ns/mnt"))
+        );
+        for none in [
+            json!([]),
+            json!(null),
+            json!([{"type": "pid"}, {"type": "network", "path": "/run/netns/x"}]),
+            json!({"type": "mount"}),
+            json!(["mount"]),
+        ] {
+            assert_eq!(of(none.clone()), MountNamespace::Inherited, "{none}");
+        }
+        let no_linux = json!({"root": {"path": "r"}});
+        assert_eq!(
+            view(&no_linux, Path::new("/b")).unwrap().mount_namespace,
+            MountNamespace::Inherited
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! | refuse a linked `/dev` (any container) | yes | | yes | yes |
 //! | the request (policy, environment, annotations) | yes | yes | yes | given (`--gpus`) |
 //! | refuse a rootfs that is the host's `/` (GPU containers) | yes | (nvc-host, by fd) | yes | yes (and nvc-host) |
+//! | refuse a mount namespace not the container's own (GPU containers) | yes | yes | yes | yes |
 //! | discover the driver | devices | all | all | all |
 //! | … of the devices: MIG, IMEX | those the request uses | those the request uses | all | those the request uses |
 //! | … the nodes the spec has | from the host | from the spec | from the host | from the host |
@@ -34,6 +35,7 @@ use crate::discover::{
     self, DeviceNeeds, DiscoverError, Driver, DriverRoots, FilesCache, Reading, Scope,
 };
 use crate::edits::{self, ContainerEdits, ContainerLayout, EditsError};
+use crate::oci::namespace::{self, NamespaceError};
 use crate::oci::rootfs::{self, RootfsError};
 use crate::oci::spec::{self, HookEntry, SpecError, SpecView};
 use crate::oci::{request_policy, PolicyError};
@@ -65,6 +67,8 @@ pub enum Step {
     Spec,
     /// What the rootfs must not be.
     Rootfs,
+    /// A GPU container's mount namespace, its own.
+    Namespace,
     /// The request policy of the nvc config.
     Policy,
     /// The container's request.
@@ -85,6 +89,7 @@ impl Step {
         match self {
             Step::Spec => "spec",
             Step::Rootfs => "rootfs",
+            Step::Namespace => "namespace",
             Step::Policy => "config",
             Step::Request => "request",
             Step::Driver => "driver",
@@ -122,6 +127,9 @@ pub enum PlanError {
     /// The rootfs is one the runtime must not be given.
     #[error(transparent)]
     Rootfs(#[from] RootfsError),
+    /// A GPU container has no mount namespace of its own.
+    #[error(transparent)]
+    Namespace(#[from] NamespaceError),
     /// The config's `[requests]` section is invalid.
     #[error("invalid config file {path}")]
     Policy {
@@ -162,6 +170,7 @@ impl PlanError {
         match self {
             PlanError::SpecFile(_) | PlanError::BadSpec { .. } => Step::Spec,
             PlanError::Rootfs(_) => Step::Rootfs,
+            PlanError::Namespace(_) => Step::Namespace,
             PlanError::Policy { .. } => Step::Policy,
             PlanError::Request(_) => Step::Request,
             PlanError::Discover(_) => Step::Driver,
@@ -429,6 +438,9 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
     if stage != Stage::Hook {
         rootfs::refuse_host_root(probe, &view.rootfs, &spec_path)?;
     }
+    // Before the driver is read: the hook would otherwise refuse only once the container
+    // exists, and for a reason that hides this one (its process in the hook's namespace).
+    namespace::refuse_shared_mount_namespace(&view.mount_namespace, &spec_path)?;
     let scope = match stage {
         // Only the GPUs and their nodes: the files are the hook's business.
         Stage::Runtime => Scope::Devices,

@@ -69,7 +69,7 @@ impl Host {
             "ociVersion": "1.0.2",
             "process": {"env": env, "capabilities": {"bounding": []}},
             "root": {"path": "rootfs"},
-            "linux": {}
+            "linux": {"namespaces": [{"type": "mount"}]}
         }));
     }
 
@@ -255,6 +255,63 @@ fn each_stage_stops_where_its_program_would() {
 }
 
 #[test]
+fn a_gpu_container_needs_a_mount_namespace_of_its_own_at_every_stage() {
+    let host = Host::new();
+    let spec = |namespaces: Value, env: &[&str]| {
+        host.spec_value(json!({
+            "process": {"env": env},
+            "root": {"path": "rootfs"},
+            "linux": {"namespaces": namespaces}
+        }))
+    };
+    let all = ["NVIDIA_VISIBLE_DEVICES=all"];
+    for (namespaces, joined) in [
+        (json!([{"type": "pid"}, {"type": "network"}]), false),
+        (json!(null), false),
+        (json!([{"type": "mount", "path": "/proc/1/ns/mnt"}]), true),
+    ] {
+        spec(namespaces.clone(), &all);
+        for stage in [Stage::Runtime, Stage::Hook, Stage::Check] {
+            let stopped = host.plan(&host.probe(), stage).unwrap_err();
+            assert_eq!(stopped.error.step(), Step::Namespace, "{stage:?}");
+            assert_eq!(stopped.error.step().name(), "namespace");
+            assert_eq!(stopped.error.step().program(), "nvc-runtime");
+            // Named before the driver is read, once the request is known.
+            assert!(stopped.progress.request.is_some() && stopped.progress.driver.is_none());
+            let text = stopped.error.to_string();
+            assert!(
+                text.contains("needs a mount namespace of its own"),
+                "{namespaces}: {text}"
+            );
+            assert_eq!(
+                text.contains("joins the one at /proc/1/ns/mnt"),
+                joined,
+                "{text}"
+            );
+            assert!(matches!(
+                stopped.error,
+                PlanError::Namespace(
+                    NamespaceError::Inherited { .. } | NamespaceError::Joined { .. }
+                )
+            ));
+        }
+        // A container that asks for no GPU is the runtime's business alone.
+        spec(namespaces, &["PATH=/bin"]);
+        assert!(host
+            .plan(&host.probe(), Stage::Runtime)
+            .unwrap()
+            .gpu
+            .is_none());
+    }
+    spec(json!([{"type": "mount", "path": ""}]), &all);
+    assert!(host
+        .plan(&host.probe(), Stage::Runtime)
+        .unwrap()
+        .gpu
+        .is_some());
+}
+
+#[test]
 fn the_hook_must_exist_unless_the_spec_has_one() {
     let mut host = Host::new();
     host.config.hook.path = host.dir.path().join("absent/nvc-hook");
@@ -267,6 +324,7 @@ fn the_hook_must_exist_unless_the_spec_has_one() {
     host.spec_value(json!({
         "process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]},
         "root": {"path": "rootfs"},
+        "linux": {"namespaces": [{"type": "mount"}]},
         "hooks": {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook"}]}
     }));
     let plan = host.plan(&host.probe(), Stage::Runtime).unwrap();
@@ -359,6 +417,7 @@ fn device_mounts_are_handed_from_the_runtime_to_the_hook() {
     host.spec_value(json!({
         "process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"]},
         "root": {"path": "rootfs"},
+        "linux": {"namespaces": [{"type": "mount"}]},
         "mounts": [
             mount("/proc"),
             mount(&format!("/var/run/nvidia-container-devices/{uuid}")),
@@ -403,6 +462,7 @@ fn device_mounts_are_handed_from_the_runtime_to_the_hook() {
     host.spec_value(json!({
         "process": {"env": []},
         "root": {"path": "rootfs"},
+        "linux": {"namespaces": [{"type": "mount"}]},
         "mounts": [mount(&format!("/var/run/nvidia-container-devices/{uuid}"))],
         "hooks": {"prestart": [{"path": "/usr/bin/nvidia-container-runtime-hook"}]}
     }));

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::de::{self, value::MapAccessDeserializer, Deserialize, Deserializer, Visitor};
 
-use super::SpecView;
+use super::{MountNamespace, SpecView};
 use crate::request::device_mount_name;
 
 /// `T` read only from a JSON object: serde's derived structs also take an array, field by
@@ -65,6 +65,14 @@ struct Root {
 #[derive(serde::Deserialize)]
 struct Linux {
     devices: Option<Vec<Object<Device>>>,
+    namespaces: Option<Vec<Object<Namespace>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct Namespace {
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    path: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -100,9 +108,17 @@ pub(super) fn view(bytes: &[u8], bundle: &Path) -> Option<SpecView> {
         ),
         None => (Vec::new(), Vec::new()),
     };
-    let devices = spec
-        .linux
-        .and_then(|l| l.0.devices)
+    let (devices, namespaces) = match spec.linux {
+        Some(Object(l)) => (l.devices, l.namespaces),
+        None => (None, None),
+    };
+    let mount_namespace = MountNamespace::of(
+        namespaces
+            .iter()
+            .flatten()
+            .map(|Object(n)| (n.kind.as_deref(), n.path.as_deref())),
+    );
+    let devices = devices
         .unwrap_or_default()
         .into_iter()
         .filter_map(|Object(d)| match (d.path, d.major, d.minor) {
@@ -139,5 +155,6 @@ pub(super) fn view(bytes: &[u8], bundle: &Path) -> Option<SpecView> {
         tmpfs_mounts,
         mount_destinations: destinations().map(PathBuf::from).collect(),
         device_mounts: destinations().filter_map(device_mount_name).collect(),
+        mount_namespace,
     })
 }
