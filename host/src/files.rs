@@ -104,9 +104,22 @@ impl WriteOptions {
     }
 }
 
-fn io_error(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> FileError {
+/// The one shape of a failed file operation on the host: `op` on `path` failed with the
+/// error given to the closure. Every module of nvc-host that touches the host's files
+/// reports through it.
+pub fn io_error(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> FileError {
     let path = path.to_path_buf();
     move |source| FileError::Io { op, path, source }
+}
+
+/// [`io_error`] for a system call's `Errno`.
+pub fn errno_error(op: &'static str, path: &Path) -> impl FnOnce(rustix::io::Errno) -> FileError {
+    let path = path.to_path_buf();
+    move |e| FileError::Io {
+        op,
+        path,
+        source: e.into(),
+    }
 }
 
 /// Replaces the file at `path` with `bytes`: written to a new temporary file in the

@@ -43,20 +43,9 @@ pub const SWEPT: usize = 2;
 /// Why GPU leases could not be checked or taken.
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
-    /// A lease file operation failed.
-    #[error("cannot {op} {path} (GPU leases, [leases] dir in the nvc config)")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The file or folder.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: io::Error,
-    },
-    /// Writing or sweeping a lease file failed.
-    #[error("cannot record a GPU lease")]
-    File(#[from] FileError),
+    /// A lease file or the lease folder could not be read, written, listed or locked.
+    #[error("GPU leases ([leases] dir in the nvc config)")]
+    Io(#[from] FileError),
     /// The lease folder cannot be written here, and the container asks for its GPUs
     /// exclusively.
     #[error(
@@ -215,11 +204,7 @@ fn take_for(state: &StateDir, me: Holder, gpus: &[GpuRef]) -> Result<Option<Take
 /// with the lock held.
 fn live_holders(state: &StateDir, me: &Holder) -> Result<Vec<LeaseFile>, LeaseError> {
     let dir = state.leases();
-    let list_error = |source| LeaseError::Io {
-        op: "list",
-        path: dir.to_path_buf(),
-        source,
-    };
+    let list_error = |source| LeaseError::Io(files::io_error("list", dir)(source));
     let own = lease::file_name(&me.container, me.exclusive.is_some());
     let mut live = Vec::new();
     let mut unread = Vec::new();
@@ -248,10 +233,11 @@ fn live_holders(state: &StateDir, me: &Holder) -> Result<Vec<LeaseFile>, LeaseEr
             Entry::Lease(_) | Entry::Shared(_) if name == own => {
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {
                     log::warn!("replacing {}: a folder, not a lease file", path.display());
-                    fs::remove_dir(&path).map_err(|source| LeaseError::Io {
-                        op: "remove the folder in place of a lease file",
-                        path: path.clone(),
-                        source,
+                    fs::remove_dir(&path).map_err(|source| {
+                        LeaseError::Io(files::io_error(
+                            "remove the folder in place of a lease file",
+                            &path,
+                        )(source))
                     })?;
                 }
             }
@@ -364,13 +350,7 @@ pub fn end(state: &StateDir, container: &str) -> Result<bool, LeaseError> {
         match fs::symlink_metadata(&path) {
             Ok(_) => there.push(path),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => {
-                return Err(LeaseError::Io {
-                    op: "look at",
-                    path,
-                    source,
-                })
-            }
+            Err(source) => return Err(files::io_error("look at", &path)(source).into()),
         }
     }
     if there.is_empty() {
@@ -441,13 +421,7 @@ pub fn list(state: &StateDir) -> Result<Vec<Listed>, LeaseError> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(LeaseError::Io {
-                op: "list",
-                path: dir.to_path_buf(),
-                source,
-            })
-        }
+        Err(source) => return Err(LeaseError::Io(files::io_error("list", dir)(source))),
     };
     let names: Vec<String> = entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
@@ -503,11 +477,10 @@ fn not_permitted(e: &io::Error) -> bool {
 }
 
 fn lock_error<T>(dir: &Path, source: io::Error) -> Result<T, LeaseError> {
-    Err(LeaseError::Io {
-        op: "lock the GPU leases in",
-        path: dir.to_path_buf(),
-        source,
-    })
+    Err(LeaseError::Io(files::io_error(
+        "lock the GPU leases in",
+        dir,
+    )(source)))
 }
 
 /// Creates the lease folder where missing and holds its lock file until the file is

@@ -39,6 +39,8 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
+use crate::files::{errno_error, io_error, FileError};
+
 /// The folder of the rootfs folders.
 const ROOTFS: &str = "rootfs";
 /// The lock file in a rootfs's folder.
@@ -54,28 +56,16 @@ const SHOWN: usize = 48;
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     /// A file or folder of the state folder could not be made, opened or locked.
-    #[error("cannot {op} {path} (nvc's state folder: [hook] state-dir in the nvc config)")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("nvc's state folder ([hook] state-dir in the nvc config)")]
+    Io(#[from] FileError),
     /// A rootfs's folder kept being removed while its lock was taken.
     #[error("cannot lock {0}: it was removed under this process {ATTEMPTS} times in a row")]
     Raced(PathBuf),
 }
 
 fn io(op: &'static str, path: &Path) -> impl FnOnce(Errno) -> StateError {
-    let path = path.to_path_buf();
-    move |e| StateError::Io {
-        op,
-        path,
-        source: e.into(),
-    }
+    let fail = errno_error(op, path);
+    move |e| StateError::Io(fail(e))
 }
 
 /// nvc's state on the host: the state folder and the lease folder, and every name in
@@ -223,11 +213,7 @@ fn open_or_make(root: &Path, path: &Path) -> Result<OwnedFd, StateError> {
         Err(Errno::NOENT) => {}
         Err(e) => return Err(io("open", path)(e)),
     }
-    std::fs::create_dir_all(root).map_err(|source| StateError::Io {
-        op: "create",
-        path: root.to_path_buf(),
-        source,
-    })?;
+    std::fs::create_dir_all(root).map_err(io_error("create", root))?;
     match rustix::fs::mkdir(path, Mode::from_raw_mode(0o700)) {
         Ok(()) | Err(Errno::EXIST) => {}
         Err(e) => return Err(io("create", path)(e)),

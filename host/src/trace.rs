@@ -36,6 +36,7 @@ use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
 use crate::container::{ContainerRoot, FsError, JournalSink, Made, Unmade};
+use crate::files::{errno_error, io_error, FileError};
 use crate::ldcache::{CacheChange, LD_CACHE};
 use crate::state::{RootfsState, StateError};
 
@@ -51,17 +52,9 @@ const MAX_FILE: u64 = 64 << 20;
 /// Why a record could not be kept or used.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    /// A file or folder of the state folder could not be made, read or written.
-    #[error("failed to {op} {path} (the state folder of [hook] state-dir in the nvc config)")]
-    Io {
-        /// The operation.
-        op: &'static str,
-        /// The path.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A file or folder of a record could not be made, read or written.
+    #[error("a container's record in nvc's state folder ([hook] state-dir in the nvc config)")]
+    Io(#[from] FileError),
     /// A record is not what the hook writes.
     #[error("{path} is not a record nvc-hook wrote; remove it")]
     Bad {
@@ -74,9 +67,6 @@ pub enum TraceError {
     /// The state folder could not be used.
     #[error(transparent)]
     State(#[from] StateError),
-    /// A file of the record could not be written.
-    #[error(transparent)]
-    File(#[from] crate::files::FileError),
     /// Taking something away in the rootfs failed.
     #[error(transparent)]
     Fs(#[from] FsError),
@@ -162,12 +152,8 @@ fn fnv1a(data: &[u8]) -> u64 {
 }
 
 fn io(op: &'static str, path: &Path) -> impl FnOnce(Errno) -> TraceError {
-    let path = path.to_path_buf();
-    move |e| TraceError::Io {
-        op,
-        path,
-        source: e.into(),
-    }
+    let fail = errno_error(op, path);
+    move |e| TraceError::Io(fail(e))
 }
 
 /// A container's record folder, opened in the host's mount namespace before the hook
@@ -239,11 +225,7 @@ impl RecordDir {
         .map_err(io("create", &path.join(JOURNAL)))?;
         let journal = Arc::new(RecordJournal {
             path: path.clone(),
-            dir: fd.try_clone().map_err(|source| TraceError::Io {
-                op: "open",
-                path: path.clone(),
-                source,
-            })?,
+            dir: fd.try_clone().map_err(io_error("open", &path))?,
             file: Mutex::new(File::from(journal)),
         });
         Ok(RecordDir {
@@ -380,11 +362,7 @@ fn read_in(dir: &impl AsFd, name: &str, path: &Path) -> Result<Option<Vec<u8>>, 
     let mut data = Vec::new();
     File::from(fd)
         .read_to_end(&mut data)
-        .map_err(|source| TraceError::Io {
-            op: "read",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        .map_err(io_error("read", path))?;
     Ok(Some(data))
 }
 

@@ -338,10 +338,13 @@ fn garbage_and_earlier_versions_are_removed_never_followed() {
     fs::create_dir(d.join("again.shared-lease")).unwrap();
     fs::write(d.join("again.shared-lease/x"), "").unwrap();
     let err = take_for(&st(d), me("again", None), &refs(&gpus)).unwrap_err();
+    let said = libnvc::report::error_chain(&err);
     assert!(
-        err.to_string()
-            .starts_with("cannot remove the folder in place of a lease file "),
-        "{err}"
+        said.starts_with(
+            "GPU leases ([leases] dir in the nvc config): cannot remove the folder in place of \
+             a lease file "
+        ),
+        "{said}"
     );
 }
 

@@ -107,5 +107,6 @@ fn a_missing_rootfs_is_an_error_naming_it() {
     let err = state(dir.path())
         .lock_rootfs(&dir.path().join("gone"))
         .unwrap_err();
-    assert!(err.to_string().contains("gone"), "{err}");
+    let said = libnvc::report::error_chain(&err);
+    assert!(said.contains("state-dir") && said.contains("gone"), "{said}");
 }
