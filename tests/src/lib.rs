@@ -18,6 +18,7 @@ mod devices;
 mod engines;
 mod error;
 mod harness;
+mod oci_suite;
 mod proc_tree;
 mod rootfs;
 mod setup;
@@ -46,6 +47,7 @@ pub use harness::{
     processes_under, runc_containers, runc_delete, runc_path, tree_digest, workspace_bin, Outcome,
     Runtime, TestMount, DEFAULT_TIMEOUT,
 };
+pub use oci_suite::{oci_runtime_tools, parse_tap, validation_programs, TapLine};
 pub use proc_tree::proc_version;
 pub use rootfs::{
     add_compat_libcuda, elf_interpreter, RootfsSpec, TestRootfs, BUSYBOX_APPLETS, LOADER_PATH,
