@@ -14,6 +14,8 @@
 //! - [`files`]: the one atomic file writer, [`logging`]: the log file, [`deadline`]: the
 //!   hook's alarm, [`phases`]: where a hook's time goes, in the debug log;
 //! - [`leases`]: which running container holds which GPU, shared or exclusively.
+//! - [`privileges::Privileges`]: the hook's capabilities, limited phase by phase to what
+//!   each needs.
 //! - [`files_cache::RunCache`]: the driver's files as the last full discovery found
 //!   them, under `/run/nvc`, checked before each use.
 
@@ -34,6 +36,7 @@ pub mod leases;
 pub mod lifecycle;
 pub mod logging;
 pub mod phases;
+pub mod privileges;
 pub mod probe;
 pub mod proc_mask;
 pub mod process;
