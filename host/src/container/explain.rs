@@ -132,10 +132,14 @@ impl ContainerRoot {
                 continue;
             }
             // Across mounts: a link to another mount is followable, only not here, which
-            // `other_mount` says; a magic link (which crosses one too) is not.
+            // `other_mount` says; a magic link (which crosses one too) is not. One to a
+            // process this one may not trace (`/proc/1/root` without cap_sys_ptrace, as
+            // `privileges::Phase::Rootfs` has it) fails the kernel's ptrace check with
+            // EACCES before it is refused as magic.
             let why = match self.lookup_across(&prefix, true) {
                 Ok(_) => continue,
                 Err(why @ (Errno::NOENT | Errno::LOOP)) => why,
+                Err(Errno::ACCESS) => Errno::LOOP,
                 Err(_) => return None,
             };
             let target = rustix::fs::readlinkat(&fd, "", Vec::new()).ok()?;

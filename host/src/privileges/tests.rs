@@ -605,3 +605,44 @@ fn in_a_user_namespace_the_limits_hold_within_it() {
         assert_eq!(again, Err(Errno::PERM));
     });
 }
+
+#[test]
+fn a_link_to_a_process_out_of_reach_is_named_as_unfollowable() {
+    let tmp = tempfile::Builder::new()
+        .prefix("nvc-host-privileges-")
+        .tempdir()
+        .unwrap();
+    let rootfs = tmp.path().canonicalize().unwrap();
+    std::fs::create_dir(rootfs.join("proc")).unwrap();
+    std::os::unix::fs::symlink("/proc/1/root", rootfs.join("etc")).unwrap();
+    in_child(
+        "a_link_to_a_process_out_of_reach_is_named_as_unfollowable",
+        || {
+            // The runtime's procfs, whose process 1 (the host's init here) holds every
+            // capability: without cap_sys_ptrace, its root link fails with EACCES.
+            rustix::mount::mount(
+                "proc",
+                rootfs.join("proc"),
+                "proc",
+                rustix::mount::MountFlags::empty(),
+                None,
+            )
+            .unwrap();
+            let mut privileges = Privileges::bound(&[Phase::Rootfs]).unwrap();
+            privileges.enter(Phase::Rootfs).unwrap();
+            for resolver in [
+                crate::container::Resolver::Openat2,
+                crate::container::Resolver::FdWalk,
+            ] {
+                let root = ContainerRoot::open_with(&rootfs, resolver).unwrap();
+                let e = root
+                    .mkdir_all(Path::new("/etc/nvc-test"), 0o755)
+                    .unwrap_err();
+                assert!(
+                    matches!(e, crate::container::FsError::UnfollowableLink { .. }),
+                    "{resolver:?}: {e}"
+                );
+            }
+        },
+    );
+}
