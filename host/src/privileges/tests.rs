@@ -55,6 +55,14 @@ fn assert_errno<T: fmt::Debug, E: std::error::Error + 'static>(
     }
 }
 
+/// For tests that make root's fixtures before `in_child`, which says the same.
+fn need_root(what: &str) {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test needs root: {what}"
+    );
+}
+
 #[track_caller]
 fn status() -> Status {
     Status::read().unwrap()
@@ -401,6 +409,7 @@ impl Tree {
 
 #[test]
 fn the_kernel_refuses_what_a_phase_lacks_and_allows_what_it_has() {
+    need_root("the_kernel_refuses_what_a_phase_lacks_and_allows_what_it_has");
     let tree = Tree::new();
     in_child(
         "the_kernel_refuses_what_a_phase_lacks_and_allows_what_it_has",
@@ -497,6 +506,7 @@ fn unified_root() -> PathBuf {
 
 #[test]
 fn replacing_a_device_program_needs_the_apply_phase() {
+    need_root("replacing_a_device_program_needs_the_apply_phase");
     let cgroup = unified_root().join(format!("nvc-test-caps-{}", std::process::id()));
     std::fs::create_dir(&cgroup).unwrap();
     in_child("replacing_a_device_program_needs_the_apply_phase", || {
