@@ -10,6 +10,7 @@ use nvc_config::Config;
 use nvc_host::attach::{AttachError, AttachRecord};
 use nvc_host::devcgroup::{DevCgroupError, DeviceCgroup};
 use nvc_host::lifecycle::{self, AttachRequest, Attached, LifecycleError};
+use nvc_host::privileges::{self, Phase, Privileges};
 use nvc_host::probe::RealHost;
 use nvc_host::proc_mask::ProcMask;
 use nvc_host::setup::{SetupError, Target};
@@ -207,15 +208,22 @@ struct Context {
     record_path: PathBuf,
     record: AttachRecord,
     config: Config,
+    privileges: Privileges,
 }
 
-fn context(args: &AttachArgs) -> Result<Context, AttachCliError> {
+fn context(args: &AttachArgs, phases: &[Phase]) -> Result<Context, AttachCliError> {
     let (config, config_path) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc");
     let state = running_state(args, &config)?;
+    // After `runc state`, the one program run: each phase from here holds only what it
+    // needs (nvc_host::privileges).
+    let mut privileges = Privileges::bound(phases).map_err(LifecycleError::from)?;
+    privileges
+        .enter(Phase::Host)
+        .map_err(LifecycleError::from)?;
     let plan = attach::for_attach(&state.bundle, &config, &config_path, &RealHost, &args.gpus)?;
     // Before anything is written: the same guards as the hook's.
-    nvc_host::lifecycle::guard_running(state.pid, &state.rootfs)?;
+    nvc_host::lifecycle::guard_running(state.pid, &state.rootfs, &mut privileges)?;
     // The record is per state directory; runc's default when none is given.
     let root = args
         .root
@@ -230,6 +238,7 @@ fn context(args: &AttachArgs) -> Result<Context, AttachCliError> {
         record_path,
         record,
         config,
+        privileges,
     })
 }
 
@@ -253,7 +262,8 @@ pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
         record_path,
         mut record,
         config,
-    } = context(args)?;
+        mut privileges,
+    } = context(args, privileges::ATTACH)?;
     let mut edits = plan.edits.clone();
     // The mask shows the container's own GPUs, those attached before, and these.
     edits.visible_gpus = union([&plan.spec_gpus, &record.gpus, &edits.visible_gpus]);
@@ -298,7 +308,9 @@ pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
             edits: &edits,
             keep_record: undo_hook,
         },
+        &mut privileges,
     )?;
+    privileges.finish().map_err(LifecycleError::from)?;
     let nodes: Vec<String> = done
         .device_nodes
         .iter()
@@ -331,8 +343,9 @@ pub fn detach(args: &AttachArgs) -> Result<(), AttachCliError> {
         plan,
         record_path,
         mut record,
+        mut privileges,
         ..
-    } = context(args)?;
+    } = context(args, privileges::DETACH)?;
     if plan.names_mig {
         return Err(AttachCliError::DetachMig);
     }
@@ -344,12 +357,23 @@ pub fn detach(args: &AttachArgs) -> Result<(), AttachCliError> {
     // The GPUs whose folders its /proc/driver/nvidia keeps showing.
     let mut kept = union([&plan.spec_gpus, &record.gpus]);
     kept.retain(|b| !removed_bus.contains(&b));
+    privileges
+        .enter(Phase::Sources)
+        .map_err(LifecycleError::from)?;
     let mask =
         ProcMask::prepare(&plan.driver.roots.nvidia_proc(), &kept).map_err(AttachError::from)?;
     // Saved before detaching, which enters the container's mount namespace: a grant the
     // record still listed would come back with the next change on cgroup v2.
     record.save(&record_path)?;
-    let done = nvc_host::attach::detach(state.pid, &state.rootfs, &plan.gpu_nodes, &cgroup, mask)?;
+    let done = nvc_host::attach::detach(
+        state.pid,
+        &state.rootfs,
+        &plan.gpu_nodes,
+        &cgroup,
+        mask,
+        &mut privileges,
+    )?;
+    privileges.finish().map_err(LifecycleError::from)?;
     let paths: Vec<String> = done.iter().map(|d| d.path.display().to_string()).collect();
     println!(
         "detached {} from {}: removed {} and revoked them in its device cgroup; the driver's files stay in the container",

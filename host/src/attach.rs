@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::container::{self, ContainerRoot, Filesystem, FsError};
 use crate::devcgroup::{self, CharDevice, DevCgroupError, DeviceCgroup};
 use crate::files::{self, FileError, WriteOptions};
+use crate::privileges::{Phase, Privileges};
 use crate::proc_mask::ProcMask;
 
 /// Why a running container cannot be changed.
@@ -56,6 +57,9 @@ pub enum AttachError {
     /// The record of what was attached could not be read or written.
     #[error(transparent)]
     Record(#[from] FileError),
+    /// The capabilities a phase needs could not be set.
+    #[error(transparent)]
+    Privileges(#[from] crate::privileges::PrivilegesError),
     /// The record is not JSON nvc wrote.
     #[error("invalid record {path}: remove it (it lists the GPUs nvc attached to the container)")]
     BadRecord {
@@ -183,6 +187,7 @@ pub fn detach(
     nodes: &[DeviceNode],
     cgroup: &DeviceCgroup,
     mask: Option<ProcMask>,
+    privileges: &mut Privileges,
 ) -> Result<Vec<Detached>, AttachError> {
     let devices: Vec<CharDevice> = nodes
         .iter()
@@ -191,11 +196,15 @@ pub fn detach(
             minor: n.minor,
         })
         .collect();
+    privileges.enter(Phase::DeviceCgroupPrepare)?;
     let revoke = devcgroup::prepare_revoke(pid, cgroup, &devices)?;
+    privileges.enter(Phase::EnterContainer)?;
     container::enter_mount_namespace(pid)?;
     let root = ContainerRoot::open_entered(rootfs)?;
     // The cgroup first: once it forbids the nodes, no new open of them succeeds.
+    privileges.enter(Phase::DeviceCgroupApply)?;
     revoke.apply()?;
+    privileges.enter(Phase::Rootfs)?;
     let dev = root.submount(Path::new("/dev"), Filesystem::Tmpfs)?;
     let mut done = Vec::new();
     for node in nodes {
@@ -215,6 +224,7 @@ pub fn detach(
             removed,
         });
     }
+    privileges.enter(Phase::ProcMask)?;
     if let Some(mask) = mask {
         crate::setup::unmask(&root)?;
         let shown = mask.gpus().count();

@@ -48,6 +48,7 @@ use crate::devcgroup::DeviceCgroup;
 use crate::files_cache::RunCache;
 use crate::leases::{self, LeaseError, Taken};
 use crate::phases::Phases;
+use crate::privileges::{self, Phase, Privileges, PrivilegesError};
 use crate::probe::{HelperHost, RealHost};
 use crate::setup::{self, Failed, SetupError, Target};
 use crate::state::{RootfsState, StateDir, StateError};
@@ -80,6 +81,9 @@ pub enum LifecycleError {
     /// The running container cannot be changed.
     #[error(transparent)]
     Attach(#[from] crate::attach::AttachError),
+    /// The capabilities could not be bounded.
+    #[error(transparent)]
+    Privileges(#[from] PrivilegesError),
 }
 
 /// The container a hook is called for, as the runtime's state on stdin names it.
@@ -162,6 +166,9 @@ pub fn prestart(
     handed: &Handed,
     phases: &mut Phases,
 ) -> Result<(), LifecycleError> {
+    // Before anything of the container is read: each phase holds only what it needs.
+    let mut privileges = Privileges::bound(privileges::PRESTART)?;
+    privileges.enter(Phase::Host)?;
     let state = StateDir::of(config);
     let source = ConfigSource {
         path: config_path,
@@ -217,9 +224,13 @@ pub fn prestart(
         gpu,
         target,
         host_namespace: None,
+        privileges,
         phases,
     };
     let result = start(&mut steps, keep_record);
+    if let Err(e) = steps.privileges.finish() {
+        log::warn!("{}", libnvc::report::error_chain(&e));
+    }
     // The process ends next, and its memory with it: the plan is not freed piece by
     // piece first (it alone was 0.12 M instructions).
     let HookStart { target, .. } = steps;
@@ -236,7 +247,18 @@ struct HookStart<'a, 'c> {
     target: Target,
     /// The host's mount namespace, opened before set-up enters the container's.
     host_namespace: Option<OwnedFd>,
+    privileges: Privileges,
     phases: &'a mut Phases,
+}
+
+impl HookStart<'_, '_> {
+    /// Enters `phase` ([`crate::privileges`]); a failure is logged: what needs the
+    /// capability then fails and says so.
+    fn enter(&mut self, phase: Phase) {
+        if let Err(e) = self.privileges.enter(phase) {
+            log::warn!("{}", libnvc::report::error_chain(&e));
+        }
+    }
 }
 
 impl StartSteps for HookStart<'_, '_> {
@@ -263,7 +285,9 @@ impl StartSteps for HookStart<'_, '_> {
 
     fn open_record(&mut self, lock: &RootfsState) -> Option<RecordDir> {
         let name = RootfsState::record_name(self.container.id, self.container.bundle);
+        self.enter(Phase::Undo);
         trace::sweep(lock, &self.target.rootfs, Some(&name));
+        self.enter(Phase::Host);
         let record = untraced(RecordDir::create(
             lock,
             self.container.id,
@@ -282,17 +306,24 @@ impl StartSteps for HookStart<'_, '_> {
         };
         self.host_namespace = Some(container::own_mount_namespace().map_err(|e| failed(e.into()))?);
         self.target.journal = record.map(RecordDir::journal);
-        let (_, trace) = setup::set_up_noted(&self.gpu.driver, &self.gpu.edits, &self.target)?;
+        let (_, trace) = setup::set_up_noted(
+            &self.gpu.driver,
+            &self.gpu.edits,
+            &self.target,
+            Some(&mut self.privileges),
+        )?;
         self.phases.mark("set-up");
         Ok(trace)
     }
 
     fn save(&mut self, lock: &RootfsState, record: RecordDir, trace: &Trace) {
+        self.enter(Phase::State);
         untraced(record.save(lock, trace));
         self.phases.mark("record-save");
     }
 
     fn take_back(&mut self, lock: Option<&RootfsState>, record: Option<RecordDir>, made: &Trace) {
+        self.enter(Phase::LeaveContainer);
         if let Some(ns) = &self.host_namespace {
             // Unlinking a mount point is refused in the namespace its mount is in.
             if let Err(e) = container::return_to_mount_namespace(ns) {
@@ -303,6 +334,7 @@ impl StartSteps for HookStart<'_, '_> {
                 return;
             }
         }
+        self.enter(Phase::Undo);
         match trace::take_back(&self.target.rootfs, made) {
             Ok(undone) => log::info!(
                 "container {} was not started: {} things nvc made taken away, {} left",
@@ -315,6 +347,7 @@ impl StartSteps for HookStart<'_, '_> {
                 libnvc::report::error_chain(&e)
             ),
         }
+        self.enter(Phase::State);
         if let (Some(lock), Some(record)) = (lock, record) {
             record.remove(lock);
         }
@@ -351,8 +384,11 @@ pub fn poststop(
     bundle: &Path,
     phases: &mut Phases,
 ) -> Result<(), LifecycleError> {
+    let mut privileges = Privileges::bound(privileges::POSTSTOP)?;
+    privileges.enter(Phase::Host)?;
     let state = StateDir::of(config);
-    let undone = undo_rootfs(&state, id, bundle, phases);
+    let undone = undo_rootfs(&state, id, bundle, &mut privileges, phases);
+    privileges.enter(Phase::State)?;
     end_leases(&state, id);
     phases.mark("leases");
     undone
@@ -377,6 +413,7 @@ fn undo_rootfs(
     state: &StateDir,
     id: &str,
     bundle: &Path,
+    privileges: &mut Privileges,
     phases: &mut Phases,
 ) -> Result<(), LifecycleError> {
     // Only `root.path` of the spec: the rest is not parsed.
@@ -389,6 +426,8 @@ fn undo_rootfs(
         );
         return Ok(());
     }
+    // What an image's author wrote is read from here on: only what undoing needs.
+    privileges.enter(Phase::Undo)?;
     // Not while another container's hook sets the same rootfs up.
     let lock = state.lock_rootfs(&rootfs)?;
     let undone = trace::undo(&lock, id, bundle, &rootfs).map_err(LifecycleError::Trace)?;
@@ -443,13 +482,16 @@ pub struct Attached {
     pub recorded: bool,
 }
 
-/// `nvc attach`'s effects, once the plan and the grants are known: the guards
-/// ([`guard_running`]), then, as a start does, the rootfs's lock before the record (the
+/// `nvc attach`'s effects, once the plan and the grants are known and the container has
+/// passed [`guard_running`] (before its grants were recorded): as a start does, the rootfs's lock before the record (the
 /// container's own, or a new one), set-up of the running container journaled into it,
 /// the record saved. What was made before a failure stays recorded for the container's
 /// poststop hook (the container runs on: its mounts may sit on it).
-pub fn attach(config: &Config, request: AttachRequest<'_>) -> Result<Attached, LifecycleError> {
-    guard_running(request.target.pid, &request.target.rootfs)?;
+pub fn attach(
+    config: &Config,
+    request: AttachRequest<'_>,
+    privileges: &mut Privileges,
+) -> Result<Attached, LifecycleError> {
     let state = StateDir::of(config);
     let mut target = request.target;
     let mut kept = None;
@@ -474,15 +516,22 @@ pub fn attach(config: &Config, request: AttachRequest<'_>) -> Result<Attached, L
             Err(e) => log::warn!("{}", libnvc::report::error_chain(&e)),
         }
     }
-    let (edits, trace) = match setup::set_up_noted(request.driver, request.edits, &target) {
+    let (edits, trace) = match setup::set_up_noted(
+        request.driver,
+        request.edits,
+        &target,
+        Some(&mut *privileges),
+    ) {
         Ok(done) => done,
         Err(failed) => {
+            privileges.enter(Phase::State)?;
             if let Some((lock, addition)) = kept {
                 untraced(addition.save(&lock, &failed.made));
             }
             return Err(failed.error.into());
         }
     };
+    privileges.enter(Phase::State)?;
     let recorded = match kept {
         Some((lock, addition)) => untraced(addition.save(&lock, &trace)).is_some(),
         None => false,
@@ -498,7 +547,13 @@ pub fn attach(config: &Config, request: AttachRequest<'_>) -> Result<Attached, L
 /// its process is not in a user namespace of its own, has the state's rootfs as its root,
 /// and that root is not the host's (the mount namespace is checked when it is entered:
 /// never this process's own; and set-up stays on the rootfs's mount).
-pub fn guard_running(pid: i32, rootfs: &Path) -> Result<(), LifecycleError> {
+/// `privileges` enters [`Phase::InspectProcess`] for it, and [`Phase::Host`] after.
+pub fn guard_running(
+    pid: i32,
+    rootfs: &Path,
+    privileges: &mut Privileges,
+) -> Result<(), LifecycleError> {
+    privileges.enter(Phase::InspectProcess)?;
     crate::attach::check_process(pid, rootfs)?;
     container::refuse_host_root(rootfs).map_err(SetupError::from)?;
     let root = PathBuf::from(format!("/proc/{pid}/root"));
@@ -508,6 +563,7 @@ pub fn guard_running(pid: i32, rootfs: &Path) -> Result<(), LifecycleError> {
         }),
         e => SetupError::from(e),
     })?;
+    privileges.enter(Phase::Host)?;
     Ok(())
 }
 

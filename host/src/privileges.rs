@@ -33,8 +33,8 @@
 //! | [`Phase::Rootfs`] | `sys_admin`, `dac_override` | `move_mount`, `fsopen`, `mount_setattr`, `umount2` in the container's namespace: "cannot attach the bind mount of ...: Operation not permitted" without `sys_admin`; mount points, folders, links and the ld.so.cache in folders root may not write by their mode (Fedora's `/usr/lib` is 0555) or that are another uid's (a user-namespaced container's rootfs): "cannot create mount point ...: Permission denied" without `dac_override`, which `dac_read_search` or `fowner` do not replace (*tested*) |
 //! | [`Phase::DeviceCgroupApply`] | `sys_admin`, `net_admin` | v1: `write` to `devices.allow`: "cannot write a rule to .../devices.allow: Operation not permitted" without `sys_admin` (the open works); v2: `BPF_PROG_QUERY` (`net_admin` or `sys_admin`), `BPF_PROG_GET_FD_BY_ID` of the runtime's program to replace it (`sys_admin` alone: *tested*), `BPF_PROG_ATTACH` (nothing on 6.18; `net_admin`, and only it, on kernels that still check it) |
 //! | [`Phase::ProcMask`] | `sys_admin` | the tmpfs over `/proc/driver/nvidia`: `fsopen`, `fsmount`, `mount_setattr`, `move_mount`, and `umount2` of an earlier mask (`nvc attach`); the tmpfs is nvc's own, `/proc` root's: no DAC override (*tested*; the integration hosts have no NVIDIA kernel module, so no mask is mounted there) |
-//! | [`Phase::LeaveContainer`] | `sys_admin`, `sys_chroot` | `setns` back into the host's mount namespace, by an fd of it kept open: `EPERM` with either alone; no `ptrace` check, the namespace being the caller's own. No code path enters it yet |
-//! | [`Phase::Undo`] | `dac_override` | poststop: the rootfs opened in the host's namespace (the container's mounts went with it), what was made unlinked, the image's ld.so.cache written back: "cannot write /etc/ld.so.cache ...: Permission denied" in a rootfs of another uid without it |
+//! | [`Phase::LeaveContainer`] | `sys_admin`, `sys_chroot` | `setns` back into the host's mount namespace, by an fd of it kept open, when set-up failed (`lifecycle`'s take-back): `EPERM` with either alone; no `ptrace` check, the namespace being the caller's own |
+//! | [`Phase::Undo`] | `dac_override` | poststop, a failed start's take-back, and the sweep of stale records before a start: the rootfs opened in the host's namespace (the container's mounts went with it), what was made unlinked, the image's ld.so.cache written back: "cannot write /etc/ld.so.cache ...: Permission denied" in a rootfs of another uid without it |
 //! | [`Phase::State`] | nothing | saving the record through the folder fd opened in [`Phase::Host`], ending the GPU leases: root's files in root's folders |
 //!
 //! A link in the image to a `/proc/<pid>/` magic link of a process the hook may not trace
@@ -322,12 +322,16 @@ impl fmt::Display for Phase {
     }
 }
 
-/// `nvc-hook prestart`, in the order of `hook/src/run.rs` and `setup::set_up`: the host
-/// (config, plan, leases, rootfs lock, record folder); the sources of the mounts and nodes;
-/// the device cgroup prepared; the `/proc/driver/nvidia` sources; the container's
-/// namespace entered; mounts and nodes; the device cgroup applied; links; the mask; the
-/// ld.so.cache; the record saved.
+/// `nvc-hook prestart`, in the order of `lifecycle::prestart` and `setup::set_up`: the
+/// host (config, plan, leases, rootfs lock); what containers that ended without their
+/// poststop hook left in the rootfs taken away; the record folder; the sources of the
+/// mounts and nodes; the device cgroup prepared; the `/proc/driver/nvidia` sources; the
+/// container's namespace entered; mounts and nodes; the device cgroup applied; links; the
+/// mask; the ld.so.cache; then, only when set-up failed, back to the host's namespace and
+/// what was made taken away; the record saved (or removed).
 pub const PRESTART: &[Phase] = &[
+    Phase::Host,
+    Phase::Undo,
     Phase::Host,
     Phase::Sources,
     Phase::DeviceCgroupPrepare,
@@ -338,6 +342,8 @@ pub const PRESTART: &[Phase] = &[
     Phase::Rootfs,
     Phase::ProcMask,
     Phase::Rootfs,
+    Phase::LeaveContainer,
+    Phase::Undo,
     Phase::State,
 ];
 
@@ -346,8 +352,9 @@ pub const PRESTART: &[Phase] = &[
 pub const POSTSTOP: &[Phase] = &[Phase::Host, Phase::Undo, Phase::State];
 
 /// `nvc attach`, from after `runc state` (a program run later gets no capability): the
-/// plan; the process checked; the attach record and the no-trace record opened; then as
-/// [`PRESTART`] from the sources on.
+/// plan; the process checked; the attach record, the rootfs lock and the no-trace record
+/// opened; then as [`PRESTART`] from the sources on, without its failure path (what a
+/// failed attach made stays recorded for the container's poststop hook).
 pub const ATTACH: &[Phase] = &[
     Phase::Host,
     Phase::InspectProcess,

@@ -28,6 +28,7 @@ use crate::container::{
 };
 use crate::devcgroup::{self, CharDevice, DeviceCgroup};
 use crate::ldcache::CacheChange;
+use crate::privileges::{Phase, Privileges};
 use crate::proc_mask::ProcMask;
 use crate::trace::Trace;
 
@@ -76,6 +77,9 @@ pub enum SetupError {
     /// The container's device cgroup could not be extended for the nodes bound in.
     #[error(transparent)]
     DevCgroup(#[from] devcgroup::DevCgroupError),
+    /// The capabilities a phase needs could not be set.
+    #[error(transparent)]
+    Privileges(#[from] crate::privileges::PrivilegesError),
     /// A running container's read-only rootfs lacks driver files to mount.
     #[error("the running container's root filesystem is read-only and lacks {missing}: nvc cannot add the driver's files to it; start the container with a GPU (NVIDIA_VISIBLE_DEVICES, or NVIDIA_VISIBLE_DEVICES=none for the files alone) and attach GPUs to it then")]
     ReadOnlyRunning {
@@ -93,7 +97,7 @@ pub fn set_up(
     planned: &ContainerEdits,
     target: &Target,
 ) -> Result<ContainerEdits, SetupError> {
-    set_up_noted(driver, planned, target)
+    set_up_noted(driver, planned, target, None)
         .map(|(edits, _)| edits)
         .map_err(|failed| failed.error)
 }
@@ -116,9 +120,11 @@ pub fn set_up_noted(
     driver: &Driver,
     planned: &ContainerEdits,
     target: &Target,
+    privileges: Option<&mut Privileges>,
 ) -> Result<(ContainerEdits, Trace), Failed> {
     let mut opened = None;
-    set_up_in(driver, planned, target, &mut opened).map_err(|error| Failed {
+    let mut phases = Phased(privileges);
+    set_up_in(driver, planned, target, &mut opened, &mut phases).map_err(|error| Failed {
         error,
         made: Trace {
             made: opened
@@ -136,8 +142,10 @@ fn set_up_in(
     planned: &ContainerEdits,
     target: &Target,
     opened: &mut Option<ContainerRoot>,
+    privileges: &mut Phased<'_>,
 ) -> Result<(ContainerEdits, Trace), SetupError> {
     let mut phases = crate::phases::Phases::start("set up");
+    privileges.enter(Phase::Sources)?;
     if !target.running {
         container::refuse_host_root(&target.rootfs)?;
     }
@@ -199,16 +207,20 @@ fn set_up_in(
                     minor: n.minor,
                 })
                 .collect();
+            privileges.enter(Phase::DeviceCgroupPrepare)?;
             Some(devcgroup::prepare(target.pid, cgroup, &devices)?)
         }
         _ => None,
     };
     phases.mark("nodes");
+    privileges.enter(Phase::Sources)?;
     let proc_mask = ProcMask::prepare(&driver.roots.nvidia_proc(), &planned.visible_gpus)?;
 
     phases.mark("proc-mask-sources");
     // Phase 2, the container's mount namespace.
+    privileges.enter(Phase::EnterContainer)?;
     container::enter_mount_namespace(target.pid)?;
+    privileges.enter(Phase::Rootfs)?;
     let mut root = match target.running {
         true => ContainerRoot::open_entered(&target.rootfs)?,
         false => ContainerRoot::open(&target.rootfs)?,
@@ -318,7 +330,9 @@ fn set_up_in(
         on.attach(src, &point, &path)?;
     }
     if let Some(grant) = device_grant {
+        privileges.enter(Phase::DeviceCgroupApply)?;
         grant.apply()?;
+        privileges.enter(Phase::Rootfs)?;
     }
     phases.mark("device-nodes");
     if target.running && mounted_now == 0 {
@@ -336,6 +350,7 @@ fn set_up_in(
         }
     }
     phases.mark("links");
+    privileges.enter(Phase::ProcMask)?;
     if proc_mask.is_some() && target.running {
         // A running container's old mask goes first.
         unmask(root)?;
@@ -346,6 +361,8 @@ fn set_up_in(
         debug!("/proc/driver/nvidia: {masked:?}");
     }
     phases.mark("proc-mask");
+    // Last, with the fewest capabilities left: it parses the image's own cache.
+    privileges.enter(Phase::Rootfs)?;
     let mut ldcache = None;
     if target.update_ldcache
         && !edits.ldcache_dirs.is_empty()
@@ -406,6 +423,19 @@ pub fn unmask(root: &ContainerRoot) -> Result<(), FsError> {
         }
     }
     Ok(())
+}
+
+/// The privileges of the process setting a container up, when it bounds them
+/// ([`crate::privileges`]): each phase of set-up entered as it begins.
+struct Phased<'a>(Option<&'a mut Privileges>);
+
+impl Phased<'_> {
+    fn enter(&mut self, phase: Phase) -> Result<(), SetupError> {
+        match &mut self.0 {
+            Some(privileges) => Ok(privileges.enter(phase)?),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The runtime's fresh tmpfs mounts that hold something nvc mounts: the spec's `tmpfs`

@@ -375,3 +375,52 @@ fn never_leaves_what_nvc_made_and_keeps_no_record() {
         "what nvc made stays"
     );
 }
+
+/// The hook bounds its capabilities before it reads the container and holds in each
+/// phase only what that phase needs (nvc_host::privileges), from the prestart hook's
+/// start to the poststop hook's end: what its debug log says it entered, in order.
+#[test]
+fn the_hooks_hold_only_what_each_phase_needs() {
+    let w = World::new();
+    w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], "true");
+    let log = w.nvc_log();
+    let entered: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split_once("privileges: phase ").map(|(_, rest)| rest))
+        .collect();
+    let effective = |phase: &str| -> Vec<&str> {
+        entered
+            .iter()
+            .filter(|l| l.starts_with(&format!("{phase}:")))
+            .map(|l| {
+                l.split_once("effective ")
+                    .and_then(|(_, r)| r.split(';').next())
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    // The prestart hook: the host's files, then set-up's phases, then the record.
+    assert_eq!(effective("host")[0], "cap_dac_read_search", "{entered:#?}");
+    let rootfs = effective("rootfs");
+    assert!(
+        !rootfs.is_empty()
+            && rootfs
+                .iter()
+                .all(|e| *e == "cap_dac_override,cap_sys_admin"),
+        "{entered:#?}"
+    );
+    assert_eq!(
+        effective("enter-container"),
+        ["cap_sys_chroot,cap_sys_ptrace,cap_sys_admin"],
+        "{entered:#?}"
+    );
+    // Saved (prestart), leases ended (poststop): nothing.
+    assert_eq!(effective("state"), ["none", "none"], "{entered:#?}");
+    // The poststop hook takes things away with DAC override alone.
+    assert_eq!(
+        effective("undo").last(),
+        Some(&"cap_dac_override"),
+        "{entered:#?}"
+    );
+    assert!(log.contains("privileges: finished, none left"), "{log}");
+}

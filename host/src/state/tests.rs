@@ -108,5 +108,8 @@ fn a_missing_rootfs_is_an_error_naming_it() {
         .lock_rootfs(&dir.path().join("gone"))
         .unwrap_err();
     let said = libnvc::report::error_chain(&err);
-    assert!(said.contains("state-dir") && said.contains("gone"), "{said}");
+    assert!(
+        said.contains("state-dir") && said.contains("gone"),
+        "{said}"
+    );
 }
