@@ -16,8 +16,9 @@
 //!    thing it makes, and the image's ld.so.cache, to its journal as it goes.
 //! 5. Set-up ([`crate::setup`]), in the container's mount namespace.
 //! 6. Done: the record is written whole, then the lock released. Failed: back in the
-//!    host's mount namespace, what set-up made is taken away and the record removed, then
-//!    the lock released, then the leases given back: a refused start leaves the rootfs and
+//!    host's mount namespace (then the lock taken, where the container keeps no record),
+//!    what set-up made is taken away and the record removed, then the lock released, then
+//!    the leases given back: a refused start leaves the rootfs and
 //!    the state folder as they were.
 //!
 //! Killed at any point (the runtime's timeout, SIGKILL): its leases name a process that is
@@ -118,6 +119,9 @@ pub trait StartSteps {
     fn set_up(&mut self, record: Option<&Self::Record>) -> Result<Trace, Failed>;
     /// Writes the record whole.
     fn save(&mut self, lock: &Self::Lock, record: Self::Record, trace: &Trace);
+    /// Returns to the host's mount namespace after a failed set-up (which may have
+    /// entered the container's).
+    fn leave(&mut self);
     /// Takes away what a failed set-up made (`made`) and removes its record.
     fn take_back(&mut self, lock: Option<&Self::Lock>, record: Option<Self::Record>, made: &Trace);
     /// Releases the rootfs's lock.
@@ -143,6 +147,7 @@ pub fn start<S: StartSteps>(steps: &mut S, keep_record: bool) -> Result<(), Life
             Ok(())
         }
         Err(Failed { error, made }) => {
+            steps.leave();
             // Under the lock, as every change to what a rootfs holds of nvc's.
             let lock = lock.or_else(|| steps.lock());
             steps.take_back(lock.as_ref(), record, &made);
@@ -224,6 +229,7 @@ pub fn prestart(
         gpu,
         target,
         host_namespace: None,
+        left_in_container: false,
         privileges,
         phases,
     };
@@ -247,6 +253,8 @@ struct HookStart<'a, 'c> {
     target: Target,
     /// The host's mount namespace, opened before set-up enters the container's.
     host_namespace: Option<OwnedFd>,
+    /// The host's mount namespace could not be entered again after a failed set-up.
+    left_in_container: bool,
     privileges: Privileges,
     phases: &'a mut Phases,
 }
@@ -322,17 +330,24 @@ impl StartSteps for HookStart<'_, '_> {
         self.phases.mark("record-save");
     }
 
-    fn take_back(&mut self, lock: Option<&RootfsState>, record: Option<RecordDir>, made: &Trace) {
+    fn leave(&mut self) {
         self.enter(Phase::LeaveContainer);
-        if let Some(ns) = &self.host_namespace {
-            // Unlinking a mount point is refused in the namespace its mount is in.
-            if let Err(e) = container::return_to_mount_namespace(ns) {
+        if let Some(ns) = self.host_namespace.take() {
+            // Unlinking a mount point is refused in the namespace its mount is in; the
+            // state folder and the rootfs's lock are the host's.
+            if let Err(e) = container::return_to_mount_namespace(&ns) {
                 log::warn!(
                     "what nvc made in the rootfs of the refused container stays: {}",
                     libnvc::report::error_chain(&e)
                 );
-                return;
+                self.left_in_container = true;
             }
+        }
+    }
+
+    fn take_back(&mut self, lock: Option<&RootfsState>, record: Option<RecordDir>, made: &Trace) {
+        if self.left_in_container {
+            return;
         }
         self.enter(Phase::Undo);
         match trace::take_back(&self.target.rootfs, made) {

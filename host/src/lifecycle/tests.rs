@@ -64,6 +64,9 @@ impl StartSteps for Fake {
     fn save(&mut self, _: &(), _: (), _: &Trace) {
         self.said.push("save");
     }
+    fn leave(&mut self) {
+        self.said.push("leave");
+    }
     fn take_back(&mut self, lock: Option<&()>, record: Option<()>, _: &Trace) {
         self.said.push(match (lock, record) {
             (Some(()), Some(())) => "take back, remove the record",
@@ -111,6 +114,7 @@ fn a_failed_set_up_takes_back_what_it_made_then_unlocks_then_releases_its_leases
             "lock",
             "record",
             "set-up journaled",
+            "leave",
             "take back, remove the record",
             "unlock",
             "release"

@@ -287,7 +287,7 @@ fn each_phase_has_exactly_its_needs_and_never_regains_what_was_dropped() {
             let msg = e.to_string();
             assert!(
                 msg.contains("phase enter-container is not in the plan after phase state")
-                    && msg.contains("the plan: host, sources, device-cgroup-prepare"),
+                    && msg.contains("the plan: host, undo, host, sources, device-cgroup-prepare"),
                 "{msg}"
             );
             assert_eq!(status().permitted, last_permitted);
