@@ -147,7 +147,7 @@ fn a_container_that_keeps_no_record_takes_the_lock_only_to_take_back_a_failure()
     // No lease was taken: none to give back.
     assert_eq!(
         fake.said,
-        ["leases", "set-up", "lock", "take back", "unlock"]
+        ["leases", "set-up", "leave", "lock", "take back", "unlock"]
     );
 }
 
@@ -172,6 +172,7 @@ fn without_the_lock_or_the_record_a_start_goes_on_and_still_takes_back_a_failure
             "leases",
             "lock",
             "set-up",
+            "leave",
             "lock",
             "take back unlocked",
             "release"
