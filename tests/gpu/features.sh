@@ -135,6 +135,13 @@ listing >"$work/hooked-after"
 diff "$work/hooked-before" "$work/hooked-after" && echo "(no difference)"
 check "after it ended, what nvc attach made is gone (files, links, ld.so.cache)" cmp -s "$work/hooked-before" "$work/hooked-after"
 
+# Every container above has ended: the host's state folder (the default /run/nvc) keeps
+# no record, rootfs folder or lock of theirs.
+left=$(find /run/nvc/rootfs -mindepth 1 2>/dev/null); echo "$left"
+check "the state folder keeps nothing of the containers that ended" test -z "$left"
+check "the hooks bounded their capabilities, phase by phase" \
+    grep -q "privileges: phase rootfs: effective cap_dac_override,cap_sys_admin" "$out/nvc.log"
+
 cp "$out/nvc.log" "$out/nvc-features.log" 2>/dev/null
 echo; [ $fail = 0 ] && echo "ALL PASSED" || echo "SOME FAILED"
 exit $fail
