@@ -32,7 +32,7 @@
 //! | [`Phase::EnterContainer`] | `sys_admin`, `sys_chroot`, `sys_ptrace` | `setns(pidfd, CLONE_NEWNS)`: "cannot enter the mount namespace of process N: Operation not permitted" without `sys_admin` or `sys_chroot`; `stat /proc/<pid>/ns/mnt` (and `setns` itself, and the procfs fallback) pass the kernel's `ptrace` check only with `sys_ptrace`, runc's init holding every capability at prestart: "cannot find the mount namespace of process N: Permission denied" (*tested*) |
 //! | [`Phase::Rootfs`] | `sys_admin`, `dac_override` | `move_mount`, `fsopen`, `mount_setattr`, `umount2` in the container's namespace: "cannot attach the bind mount of ...: Operation not permitted" without `sys_admin`; mount points, folders, links and the ld.so.cache in folders root may not write by their mode (Fedora's `/usr/lib` is 0555) or that are another uid's (a user-namespaced container's rootfs): "cannot create mount point ...: Permission denied" without `dac_override`, which `dac_read_search` or `fowner` do not replace (*tested*) |
 //! | [`Phase::DeviceCgroupApply`] | `sys_admin`, `net_admin` | v1: `write` to `devices.allow`: "cannot write a rule to .../devices.allow: Operation not permitted" without `sys_admin` (the open works); v2: `BPF_PROG_QUERY` (`net_admin` or `sys_admin`), `BPF_PROG_GET_FD_BY_ID` of the runtime's program to replace it (`sys_admin` alone: *tested*), `BPF_PROG_ATTACH` (nothing on 6.18; `net_admin`, and only it, on kernels that still check it) |
-//! | [`Phase::ProcMask`] | `sys_admin` | the tmpfs over `/proc/driver/nvidia`: `fsopen`, `fsmount`, `mount_setattr`, `move_mount`, and `umount2` of an earlier mask (`nvc attach`); the tmpfs is nvc's own, `/proc` root's: no DAC override (*tested*; the integration hosts have no NVIDIA kernel module, so no mask is mounted there) |
+//! | [`Phase::ProcMask`] | `sys_admin`, `dac_override` | the tmpfs over `/proc/driver/nvidia`: `fsopen`, `fsmount`, `mount_setattr`, `move_mount`, and `umount2` of an earlier mask (`nvc attach`); the tmpfs is made mode 0555 and filled (its `version`, the GPUs' folders) before it is made read-only: "cannot write version in a detached mount: Permission denied" without `dac_override` (seen on the GPU machine; *tested*) |
 //! | [`Phase::LeaveContainer`] | `sys_admin`, `sys_chroot` | `setns` back into the host's mount namespace, by an fd of it kept open, when set-up failed (`lifecycle`'s take-back): `EPERM` with either alone; no `ptrace` check, the namespace being the caller's own |
 //! | [`Phase::Undo`] | `dac_override` | poststop, a failed start's take-back, and the sweep of stale records before a start: the rootfs opened in the host's namespace (the container's mounts went with it), what was made unlinked, the image's ld.so.cache written back: "cannot write /etc/ld.so.cache ...: Permission denied" in a rootfs of another uid without it |
 //! | [`Phase::State`] | nothing | saving the record through the folder fd opened in [`Phase::Host`], ending the GPU leases: root's files in root's folders |
@@ -291,7 +291,7 @@ impl Phase {
                 .union(CapSet::SYS_PTRACE),
             Phase::Rootfs => CapSet::SYS_ADMIN.union(CapSet::DAC_OVERRIDE),
             Phase::DeviceCgroupApply => CapSet::SYS_ADMIN.union(CapSet::NET_ADMIN),
-            Phase::ProcMask => CapSet::SYS_ADMIN,
+            Phase::ProcMask => CapSet::SYS_ADMIN.union(CapSet::DAC_OVERRIDE),
             Phase::LeaveContainer => CapSet::SYS_ADMIN.union(CapSet::SYS_CHROOT),
             Phase::Undo => CapSet::DAC_OVERRIDE,
             Phase::State => CapSet::EMPTY,
