@@ -431,9 +431,19 @@ struct Writer {
 impl Writer {
     /// This process, or `None` when `/proc` cannot tell.
     fn current() -> Option<Writer> {
+        // Read once per process (a hook writes several files): its start time does not
+        // change; a forked child has a pid of its own, and reads its own.
+        static OWN: std::sync::Mutex<Option<Writer>> = std::sync::Mutex::new(None);
         let pid = std::process::id();
+        let mut own = OWN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(w) = *own {
+            if w.pid == pid {
+                return Some(w);
+            }
+        }
         let start = process_start(pid)?;
-        Some(Writer { pid, start })
+        *own = Some(Writer { pid, start });
+        *own
     }
 
     /// Whether this process still runs: a process with its pid and start time exists.
