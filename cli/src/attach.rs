@@ -293,7 +293,7 @@ pub fn attach(args: &AttachArgs) -> Result<(), AttachCliError> {
     record.save(&record_path)?;
     // What is made in the rootfs goes into the container's no-trace record, for its
     // poststop hook to take away.
-    let undo_hook = libnvc::oci::spec::has_undo_hook(&plan.spec, &config.hook.path);
+    let undo_hook = libnvc::plan::keeps_record(&config, &plan.view, &plan.spec);
     let Attached {
         edits: done,
         trace,

@@ -220,8 +220,7 @@ pub fn prestart(
     // What is made in the rootfs is recorded for the poststop hook to take away, where
     // one runs (the shim adds it unless `hook.leave-no-trace` leaves this container out;
     // Docker's `--gpus` runs none): a record nothing reads is not kept.
-    let keep_record = libnvc::plan::leaves_no_trace(config, &plan.view)
-        && spec::has_undo_hook(&plan.spec, &config.hook.path);
+    let keep_record = libnvc::plan::keeps_record(config, &plan.view, &plan.spec);
     let mut steps = HookStart {
         state,
         container,

@@ -213,6 +213,15 @@ pub fn hook_entry(config: &Config, source: &ConfigSource) -> HookEntry {
     }
 }
 
+/// Whether a record of what nvc makes in the rootfs of the container whose spec is `spec`
+/// (viewed as `view`) is kept on the host: only where its end runs nvc's poststop hook,
+/// which reads it. The one decision, for the prestart hook and `nvc attach` alike: the
+/// runtime put the poststop hook there when [`leaves_no_trace`] held (Docker's `--gpus`
+/// and a hooks.d file without the poststop stage run none).
+pub fn keeps_record(config: &Config, view: &SpecView, spec: &Value) -> bool {
+    leaves_no_trace(config, view) && spec::has_undo_hook(spec, &config.hook.path)
+}
+
 /// Whether what nvc makes in the rootfs of the container `view` describes is taken away
 /// when it ends (`hook.leave-no-trace`), by its poststop hook.
 pub fn leaves_no_trace(config: &Config, view: &SpecView) -> bool {
