@@ -181,19 +181,23 @@ fn kubernetes_container(
     (bundle.read_config().unwrap(), out)
 }
 
-/// The records the hook keeps in the test's state folder: `<rootfs>/<key>` for each in
-/// every rootfs's folder.
+/// The records the hook keeps in the test's state folder: the folders holding a
+/// `record.json`, wherever the state folder's layout puts them.
 fn records(w: &World) -> Vec<String> {
-    let rootfs = w.dir.path().join("state/rootfs");
-    nvc_tests::dir_names(&rootfs)
-        .into_iter()
-        .flat_map(|r| {
-            nvc_tests::dir_names(&rootfs.join(&r))
-                .into_iter()
-                .filter(|n| n != "lock")
-                .map(move |n| format!("{r}/{n}"))
-        })
-        .collect()
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        for name in nvc_tests::dir_names(dir) {
+            let path = dir.join(&name);
+            if path.is_dir() && !path.is_symlink() {
+                if path.join("record.json").is_file() {
+                    out.push(path.display().to_string());
+                }
+                walk(&path, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&w.dir.path().join("state"), &mut out);
+    out
 }
 
 /// Every file and folder nvc keeps per container or rootfs in the state folder (records,
@@ -224,32 +228,50 @@ fn rootfs_state(w: &World) -> Vec<String> {
     out
 }
 
-/// Ids runc takes that an earlier record folder name mapped to one (`+` and `_`): two GPU
-/// containers with them on one rootfs at once keep two records, and when both have ended
-/// the rootfs is as it was.
+/// Ids runc takes that an earlier record folder name mapped to one (`+` and `_`), for two
+/// GPU containers of one bundle on one rootfs at once: two records; the one that ends
+/// first leaves what it made to the other, whose driver stays whole, and when both have
+/// ended the rootfs is as it was. (With one record folder for both, the second start
+/// replaced the first's record and the second's end took the first's driver away while
+/// it ran.)
 #[test]
 fn containers_whose_ids_differ_only_in_characters_a_file_name_escapes_keep_apart() {
     let w = World::new();
     let before = settled(&w);
-    let long = w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "sleep 60");
+    let bundle = w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "sleep 60");
     let first = format!("nvc-ids-{}+1", std::process::id());
     let second = format!("nvc-ids-{}_1", std::process::id());
-    w.rt.create(&long, &first).assert_success();
-    w.rt.start(&first).assert_success();
-    assert_eq!(records(&w).len(), 1, "{:?}", records(&w));
-    let b = w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
-    let out = w.start(&w.rt, &b, &second);
-    assert!(out.success(), "{out:?}\n{}", w.nvc_log());
-    // The second's end handed what it made to the first, which still runs.
-    assert_eq!(records(&w).len(), 1, "{:?}", records(&w));
-    w.rt.command(&["kill", first.as_str(), "KILL"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !w.rt.state(&first).stdout.contains("\"stopped\"") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
+    for id in [&first, &second] {
+        w.rt.create(&bundle, id).assert_success();
+        w.rt.start(id).assert_success();
     }
-    w.rt.delete(&first).assert_success();
+    assert_eq!(records(&w).len(), 2, "{:?}", records(&w));
+    stop(&w, &second);
+    assert_eq!(records(&w).len(), 1, "{:?}\n{}", records(&w), w.nvc_log());
+    // The first container's driver is still whole.
+    let inside = w.rt.command(&[
+        "exec",
+        first.as_str(),
+        "sh",
+        "-c",
+        &format!("wc -c < {LIB}/libcuda.so.1"),
+    ]);
+    inside.assert_success();
+    let size: u64 = inside.stdout.trim().parse().unwrap();
+    assert!(size > 1000, "{inside:?}");
+    stop(&w, &first);
     assert_eq!(tree_digest(&w.rootfs.path), before, "{}", w.nvc_log());
     assert!(rootfs_state(&w).is_empty(), "{:?}", rootfs_state(&w));
+}
+
+/// Kills and deletes the running container `id` (runc runs its poststop hook).
+fn stop(w: &World, id: &str) {
+    w.rt.command(&["kill", id, "KILL"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !w.rt.state(id).stdout.contains("\"stopped\"") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    w.rt.delete(id).assert_success();
 }
 
 /// A start the hook refuses part way (the image's firmware folder is a dangling link, so
