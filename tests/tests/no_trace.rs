@@ -137,10 +137,18 @@ fn a_rootfs_shared_by_two_gpu_containers_is_cleaned_by_the_last_one() {
     let out = w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
     assert!(out.contains("cuda_version="), "{out}");
     assert!(w.nvc_log().contains("still runs on"), "{}", w.nvc_log());
-    // The first container's driver is still whole.
+    assert_driver_whole(&w, &id);
+    stop(&w, &id);
+    assert_eq!(tree_digest(&w.rootfs.path), before, "{}", w.nvc_log());
+}
+
+/// The running container `id`'s libcuda is still the driver's (not taken away by another
+/// container's end).
+#[track_caller]
+fn assert_driver_whole(w: &World, id: &str) {
     let inside = w.rt.command(&[
         "exec",
-        id.as_str(),
+        id,
         "sh",
         "-c",
         &format!("wc -c < {LIB}/libcuda.so.1"),
@@ -148,14 +156,6 @@ fn a_rootfs_shared_by_two_gpu_containers_is_cleaned_by_the_last_one() {
     inside.assert_success();
     let size: u64 = inside.stdout.trim().parse().unwrap();
     assert!(size > 1000, "{inside:?}");
-
-    w.rt.command(&["kill", id.as_str(), "KILL"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !w.rt.state(&id).stdout.contains("\"stopped\"") && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    w.rt.delete(&id).assert_success();
-    assert_eq!(tree_digest(&w.rootfs.path), before, "{}", w.nvc_log());
 }
 
 /// A GPU container as containerd's CRI (or CRI-O) makes it for the kubelet, running
@@ -248,17 +248,7 @@ fn containers_whose_ids_differ_only_in_characters_a_file_name_escapes_keep_apart
     assert_eq!(records(&w).len(), 2, "{:?}", records(&w));
     stop(&w, &second);
     assert_eq!(records(&w).len(), 1, "{:?}\n{}", records(&w), w.nvc_log());
-    // The first container's driver is still whole.
-    let inside = w.rt.command(&[
-        "exec",
-        first.as_str(),
-        "sh",
-        "-c",
-        &format!("wc -c < {LIB}/libcuda.so.1"),
-    ]);
-    inside.assert_success();
-    let size: u64 = inside.stdout.trim().parse().unwrap();
-    assert!(size > 1000, "{inside:?}");
+    assert_driver_whole(&w, &first);
     stop(&w, &first);
     assert_eq!(tree_digest(&w.rootfs.path), before, "{}", w.nvc_log());
     assert!(rootfs_state(&w).is_empty(), "{:?}", rootfs_state(&w));
