@@ -215,7 +215,7 @@ fn fix_for(step: Step) -> &'static str {
         }
         Step::Policy => "fix [requests] in the nvc config",
         Step::Request => {
-            "fix the container's NVIDIA_* variables (see README: What a container asks for)"
+            "fix the container's NVIDIA_* variables (docs/configuration.md: What a container asks for)"
         }
         Step::Driver => "see `nvc check` without --bundle",
         Step::Edits => "ask only for GPUs this host has (see `nvc info`)",
