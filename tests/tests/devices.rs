@@ -278,7 +278,7 @@ fn void_and_unset_leave_everything_untouched() {
         let before_rootfs = tree_digest(&w.rootfs.path);
         let b = w.bundle(env, &format!("{LIST_NODES}; nvc-probe"));
         let before_config = std::fs::read(b.config_path()).unwrap();
-        let out = w.start(&w.rt, &b, &format!("nvc-void-{}", w.n.get()));
+        let out = w.rt.run(&b, &format!("nvc-void-{}", w.n.get()));
         assert!(out.success(), "{out:?}");
         assert!(
             nodes_inside(&out.stdout).is_empty(),
@@ -329,7 +329,7 @@ fn hook_only_mode_makes_nothing_in_a_dev_bound_from_the_host() {
         .unwrap();
     assert_eq!(b.config["mounts"][1]["destination"], "/dev");
     let rt = Runtime::runc(&w.dir.path().join("runc-state"));
-    let out = w.start(&rt, &b, &format!("nvc-hostdev-{}", std::process::id()));
+    let out = rt.run(&b, &format!("nvc-hostdev-{}", std::process::id()));
     assert!(!out.success(), "{out:?}");
     let said = format!("{}{}", out.stderr, out.log_messages().join("\n"));
     assert!(
@@ -360,7 +360,7 @@ fn hook_only_mode_binds_the_device_nodes_itself() {
         .write()
         .unwrap();
     let rt = Runtime::runc(&w.dir.path().join("runc-state"));
-    let out = w.start(&rt, &b, &format!("nvc-hookonly-{}", std::process::id()));
+    let out = rt.run(&b, &format!("nvc-hookonly-{}", std::process::id()));
     assert!(out.success(), "{out:?}\n{}", w.nvc_log());
     let nodes = nodes_inside(&out.stdout);
     assert!(
@@ -427,8 +427,7 @@ fn device_plugin_volume_mounts_give_their_gpus_and_are_taken_out() {
             );
         }
         let bundle = bundle.write().unwrap();
-        let out = w.start(
-            rt,
+        let out = rt.run(
             &bundle,
             &format!("nvc-vm-{}-{}", std::process::id(), w.n.get()),
         );
@@ -501,11 +500,8 @@ fn user_namespace_containers_get_their_nodes_from_any_dev_root() {
         .set("/linux/gidMappings", mapping)
         .write()
         .unwrap();
-    let out = w.start(
-        &w.rt,
-        &bundle,
-        &format!("nvc-userns-{}", std::process::id()),
-    );
+    let out =
+        w.rt.run(&bundle, &format!("nvc-userns-{}", std::process::id()));
     assert!(out.success(), "{out:?}\nnvc log:\n{}", w.nvc_log());
     let nodes = nodes_inside(&out.stdout);
     for g in w.gpus_in_bus_order() {

@@ -359,7 +359,7 @@ fn read_only_rootfs() {
         .readonly(true)
         .write()
         .unwrap();
-    let out = w.start(&w.rt, &b, &format!("nvc-ro-{}", std::process::id()));
+    let out = w.rt.run(&b, &format!("nvc-ro-{}", std::process::id()));
     assert!(out.success(), "{out:?}\n{}", w.nvc_log());
     assert!(out.stdout.contains("libcuda=ok"), "{}", out.stdout);
     assert!(

@@ -177,7 +177,7 @@ fn kubernetes_container(
         .write()
         .unwrap();
     let id = format!("nvc-test-{}-cri{}", std::process::id(), w.n.get());
-    let out = w.start(&w.rt, &bundle, &id);
+    let out = w.rt.run(&bundle, &id);
     (bundle.read_config().unwrap(), out)
 }
 
@@ -378,7 +378,8 @@ fn never_leaves_what_nvc_made_and_keeps_no_record() {
     let w = World::new();
     leave_no_trace(&w, "never");
     let b = w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
-    let out = w.start(&w.rt, &b, &format!("nvc-test-{}-never", std::process::id()));
+    let out =
+        w.rt.run(&b, &format!("nvc-test-{}-never", std::process::id()));
     assert!(out.success(), "{out:?}\n{}", w.nvc_log());
     assert_eq!(poststop_hooks(&b.read_config().unwrap()), 0);
     assert!(records(&w).is_empty(), "{:?}", records(&w));

@@ -318,7 +318,7 @@ fn a_gpu_container_without_a_mount_namespace_of_its_own_is_refused_naming_the_ca
             .write()
             .unwrap();
         let id = nvc_tests::container_id("nvc-no-mntns");
-        let out = w.start(&w.rt, &b, &id);
+        let out = w.rt.run(&b, &id);
         assert!(
             !out.success()
                 && out

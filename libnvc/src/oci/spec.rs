@@ -440,21 +440,6 @@ pub fn drop_device_mounts(spec: &mut Value) -> Result<bool, SpecError> {
     Ok(mounts.len() != before)
 }
 
-/// Whether the spec's `linux` section puts the container in a user namespace of its own.
-fn in_user_namespace(linux: &Map<String, Value>) -> bool {
-    let new_userns = linux
-        .get("namespaces")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|n| n.get("type").and_then(Value::as_str) == Some("user"));
-    let mapped = linux
-        .get("uidMappings")
-        .and_then(Value::as_array)
-        .is_some_and(|m| !m.is_empty());
-    new_userns || mapped
-}
-
 /// The spec's mounts, as read (never checked: runc validates them).
 fn mounts(top: &Map<String, Value>) -> impl Iterator<Item = &Value> {
     top.get("mounts")
@@ -625,10 +610,13 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
     let linux = object(top, "linux", "linux")?;
     let mut paths = BTreeSet::new();
     let mut rules = Vec::new();
-    // In a user namespace runc cannot make nodes: it bind-mounts each of `linux.devices`
-    // from the same path on the host. A node that is elsewhere on the host (a dev root
-    // that is not `/`) becomes a bind mount from where it is.
-    let userns = linux.is_some_and(in_user_namespace);
+    // A node that is not at its own path on the host (a dev root that is not `/`) is
+    // given as a bind mount from where it is; one at its own path as a device the runtime
+    // makes. A runtime that cannot make a node binds `linux.devices` from the same path
+    // on the host instead: always in a user namespace, and runc (1.1 at least) whenever
+    // mknod is refused, as it now and then is on cgroup v1 while containers start at
+    // once. That path would not be the node elsewhere; a bind mount from where the node
+    // is works either way.
     let mut mount_destinations: BTreeSet<String> = destinations(top).map(str::to_string).collect();
     if let Some(linux) = linux {
         for entry in array(linux, "devices", "linux.devices")? {
@@ -645,7 +633,7 @@ fn apply_to(spec: &mut Value, edits: &ContainerEdits, hook: &HookEntry) -> Resul
     let mut new_rules = Vec::new();
     for node in &edits.device_nodes {
         let path = utf8(&node.path)?;
-        if userns && node.host_path != node.path {
+        if node.host_path != node.path {
             if !paths.contains(path) && mount_destinations.insert(path.to_string()) {
                 new_mounts.push(json!({
                     "destination": path,
@@ -832,7 +820,7 @@ mod tests {
     }
 
     #[test]
-    fn in_a_user_namespace_nodes_elsewhere_on_the_host_become_bind_mounts() {
+    fn nodes_elsewhere_on_the_host_become_bind_mounts() {
         let mut edits = edits();
         edits.device_nodes[1].host_path = PathBuf::from("/opt/driver/dev/nvidia0");
         let mut spec = json!({
@@ -869,11 +857,21 @@ mod tests {
         assert!(view
             .mount_destinations
             .contains(&PathBuf::from("/dev/nvidia0")));
-        // Without a user namespace the runtime makes the node itself.
+        // Without a user namespace too: the runtime makes the node at its own path, and
+        // the other is bound from where it is (runc, refused mknod, would bind it from
+        // /dev/nvidia0 on the host, which is not that node).
         let mut plain = json!({"root": {"path": "rootfs"}});
-        apply(&mut plain, &edits, &hook()).unwrap();
-        assert_eq!(plain["linux"]["devices"].as_array().unwrap().len(), 2);
-        assert!(plain.get("mounts").is_none());
+        assert!(apply(&mut plain, &edits, &hook()).unwrap());
+        assert_eq!(plain["linux"]["devices"].as_array().unwrap().len(), 1);
+        assert_eq!(plain["mounts"].as_array().unwrap().len(), 1);
+        assert_eq!(plain["mounts"][0]["source"], "/opt/driver/dev/nvidia0");
+        assert_eq!(
+            plain["linux"]["resources"]["devices"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
     }
 
     #[test]

@@ -5,9 +5,6 @@ use nvc_tests::{
     Bundle, FakeDriver, FakeDriverSpec, Outcome, RootfsSpec, Runtime, TestRootfs, TestSetup,
 };
 
-/// Serializes [`World::run`]'s container starts within a test binary.
-static STARTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 /// One test's world: a fake driver, a rootfs, an nvc config, a runtime.
 pub struct World {
     pub dir: tempfile::TempDir,
@@ -59,18 +56,7 @@ impl World {
     pub fn run(&self, env: &[&str], script: &str) -> Outcome {
         let b = self.bundle(env, script);
         let id = format!("nvc-test-{}-{}", std::process::id(), self.n.get());
-        // One container start at a time in these suites: Debian 12's runc 1.1.5 on cgroup
-        // v1 fails now and then when several start at once ("resulting devices cgroup
-        // doesn't precisely match target"), with nvc's binaries of any version (seen 2 in
-        // 15 runs of the libraries suite with the binaries before this change too). The
-        // concurrent starts nvc itself must survive are the faults and hostile suites'.
-        self.start(&self.rt, &b, &id)
-    }
-
-    /// `rt.run(bundle, id)`, one container start at a time (see [`World::run`]).
-    pub fn start(&self, rt: &Runtime, bundle: &Bundle, id: &str) -> Outcome {
-        let _one_at_a_time = STARTS.lock().unwrap_or_else(|e| e.into_inner());
-        rt.run(bundle, id)
+        self.rt.run(&b, &id)
     }
 
     pub fn ok(&self, env: &[&str], script: &str) -> String {
