@@ -592,6 +592,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root: loads BPF device programs (CAP_BPF, CAP_SYS_ADMIN)"]
     fn the_kernel_loads_a_program_and_names_what_it_refuses() {
         assert!(
             is_root(),

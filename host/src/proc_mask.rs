@@ -260,6 +260,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root: mounts a procfs and the mask"]
     fn the_mask_shows_the_chosen_gpus_read_only_without_device_file_changes() {
         // The kernel's /proc/driver/nvidia exists only with the module loaded: the mask
         // goes over /proc/driver, which every kernel has, of a procfs of the test's own.
@@ -310,6 +311,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root: mounts a procfs and the mask"]
     fn every_gpu_shown_is_one_mount_of_the_hosts_gpus_folder() {
         in_child("mounts a procfs and the mask", || {
             let tmp = tempfile::tempdir().unwrap();
@@ -358,6 +360,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root: mounts"]
     fn a_container_proc_that_is_no_procfs_is_refused_or_left_alone() {
         in_child("mounts", || {
             let tmp = tempfile::tempdir().unwrap();

@@ -464,6 +464,7 @@ fn invalid_spec_or_request_is_reported() {
 /// every node with its numbers and allow rule, and keeps everything else; a second run
 /// changes nothing.
 #[test]
+#[ignore = "needs root: the fake driver tree has device nodes"]
 fn gpu_container_gets_nodes_rules_and_hook() {
     nvc_tests::require_root("the fake driver tree has device nodes");
     let w = World::new();
@@ -620,6 +621,7 @@ fn gpu_container_gets_nodes_rules_and_hook() {
 /// shim adds it when the runtime it runs is crun, and for no other runtime, whose hooks
 /// would read in the state an annotation the user never wrote.
 #[test]
+#[ignore = "needs root: the fake driver tree has device nodes"]
 fn only_crun_gets_the_hooks_stderr_annotation() {
     nvc_tests::require_root("the fake driver tree has device nodes");
     let mut w = World::new();

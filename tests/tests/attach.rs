@@ -133,6 +133,7 @@ fn assert_reaches_driver(stdout: &str, path: &str) {
 }
 
 #[test]
+#[ignore = "needs root: attach needs runc, device nodes, mounts and cgroups"]
 fn attach_two_gpus_then_detach_one() {
     let w = World::new();
     let minors = w.minors();
@@ -225,6 +226,7 @@ fn attach_two_gpus_then_detach_one() {
 }
 
 #[test]
+#[ignore = "needs root: attach needs runc, device nodes, mounts and cgroups"]
 fn attach_refuses_what_it_cannot_change() {
     let w = World::new();
     // Unknown id.
@@ -271,6 +273,7 @@ fn attach_refuses_what_it_cannot_change() {
 /// (mount points, links, the ld.so.cache) goes into its no-trace record, and the poststop
 /// hook takes it away when the container ends; the rootfs is as it was.
 #[test]
+#[ignore = "needs root: attach needs runc, device nodes, mounts and cgroups"]
 fn what_attach_makes_is_taken_away_when_the_container_ends() {
     let w = World::new();
     // runc's own mount points first, from a container of its own.
@@ -343,6 +346,7 @@ fn what_attach_makes_is_taken_away_when_the_container_ends() {
 /// `/` (a forged or stale state, here from a stand-in runtime): refused before anything is
 /// written, as the prestart hook refuses such a container.
 #[test]
+#[ignore = "needs root: attach needs runc, device nodes, mounts and cgroups"]
 fn a_process_with_the_hosts_root_is_refused() {
     let w = World::new();
     let mut holder = Command::new("unshare")

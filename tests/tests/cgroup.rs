@@ -226,6 +226,7 @@ fn null_only_rules() -> Vec<Rule> {
 const ZERO: CharDevice = CharDevice { major: 1, minor: 5 };
 
 #[test]
+#[ignore = "needs root: cgroups and device programs"]
 fn cgroup_v2_grant_replaces_the_runtime_program() {
     require_root("cgroups and device programs");
     let root = unified_root();
@@ -271,6 +272,7 @@ fn cgroup_v2_grant_replaces_the_runtime_program() {
 }
 
 #[test]
+#[ignore = "needs root: cgroups and device programs"]
 fn cgroup_v2_program_of_runc_defaults_and_grants_decides_in_the_kernel() {
     require_root("cgroups and device programs");
     let root = unified_root();
@@ -302,6 +304,7 @@ fn cgroup_v2_program_of_runc_defaults_and_grants_decides_in_the_kernel() {
 }
 
 #[test]
+#[ignore = "needs root: cgroups and device programs"]
 fn cgroup_v2_grant_replaces_an_exclusive_program() {
     require_root("cgroups and device programs");
     let root = unified_root();
@@ -331,6 +334,7 @@ fn cgroup_v2_grant_replaces_an_exclusive_program() {
 }
 
 #[test]
+#[ignore = "needs root: cgroups and device programs"]
 fn cgroup_v2_grant_refuses_several_programs_and_leaves_them() {
     require_root("cgroups and device programs");
     let root = unified_root();
@@ -360,6 +364,7 @@ fn cgroup_v2_grant_refuses_several_programs_and_leaves_them() {
 }
 
 #[test]
+#[ignore = "needs root: cgroups and device programs"]
 fn cgroup_v2_without_a_program_is_left_alone() {
     require_root("cgroups and device programs");
     let root = unified_root();
@@ -383,6 +388,7 @@ fn cgroup_v2_without_a_program_is_left_alone() {
 }
 
 #[test]
+#[ignore = "needs root: cgroups"]
 fn cgroup_v1_grant_appends_to_devices_allow() {
     require_root("cgroups");
     let Some(devices) = mounted("cgroup", &["/sys/fs/cgroup/devices"]) else {
@@ -422,6 +428,7 @@ fn cgroup_v1_grant_appends_to_devices_allow() {
 }
 
 #[test]
+#[ignore = "needs root: reading another process's cgroups"]
 fn grant_names_what_it_cannot_find() {
     require_root("reading another process's cgroups");
     let cgroup = DeviceCgroup {
@@ -537,6 +544,7 @@ fn result_for<'a>(stdout: &'a str, path: &str) -> &'a str {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn hook_only_container_opens_its_gpu_and_no_other() {
     let w = World::new();
     let minors = w.gpu_minors();
@@ -572,6 +580,7 @@ fn hook_only_container_opens_its_gpu_and_no_other() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn hook_only_privileged_container_keeps_every_device() {
     let w = World::new();
     let minors = w.gpu_minors();
@@ -597,6 +606,7 @@ fn hook_only_privileged_container_keeps_every_device() {
 /// says so in its log, and the container gets its nodes. (Before, the hook failed on the
 /// cgroup it may not write.)
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn rootless_containers_get_their_nodes_without_device_cgroup_writes() {
     let w = World::new();
     let script = "for n in /dev/nvidia*; do [ -c $n ] && echo node $n; done; echo done";

@@ -232,6 +232,7 @@ fn no_kernel_module_gives_the_files_but_no_gpu() {
 // In containers under runc.
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn index_uuid_and_bus_id_select_exactly_one_node() {
     let w = World::new();
     for (i, g) in w.gpus_in_bus_order().iter().enumerate() {
@@ -251,6 +252,7 @@ fn index_uuid_and_bus_id_select_exactly_one_node() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn none_gives_driver_files_without_gpus() {
     let w = World::new();
     let out = w.ok(
@@ -272,6 +274,7 @@ fn none_gives_driver_files_without_gpus() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn void_and_unset_leave_everything_untouched() {
     let w = World::new();
     for env in [&["NVIDIA_VISIBLE_DEVICES=void"][..], &[]] {
@@ -306,6 +309,7 @@ fn hook_only(config: &std::path::Path) -> serde_json::Value {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn hook_only_mode_makes_nothing_in_a_dev_bound_from_the_host() {
     // `-v /dev:/dev`: the container's /dev is a volume, not the runtime's fresh tmpfs. The
     // hook, which binds the nodes itself here, refuses rather than make mount points in
@@ -345,6 +349,7 @@ fn hook_only_mode_makes_nothing_in_a_dev_bound_from_the_host() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn hook_only_mode_binds_the_device_nodes_itself() {
     // As Docker's --gpus or a Podman hooks.d file runs it: plain runc, the hook in the
     // spec, no device in linux.devices.
@@ -391,6 +396,7 @@ fn hook_only_mode_binds_the_device_nodes_itself() {
 /// `NVIDIA_VISIBLE_DEVICES` says, and nvc-runtime takes the mount out of the container.
 /// With the setting off, the mount is no request and is left where it is.
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn device_plugin_volume_mounts_give_their_gpus_and_are_taken_out() {
     let w = World::new();
     let config = w.dir.path().join("config.toml");
@@ -481,6 +487,7 @@ fn device_plugin_volume_mounts_give_their_gpus_and_are_taken_out() {
 /// are when its dev root is not `/`. nvc gives such a container its nodes as bind mounts
 /// from where they are.
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn user_namespace_containers_get_their_nodes_from_any_dev_root() {
     use std::os::unix::fs::PermissionsExt;
     let w = World::new();

@@ -667,6 +667,7 @@ fn no_driver_is_one_clear_error() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes and an ldconfig-written cache"]
 fn finds_the_fake_driver() {
     let (_dir, fake, d) = build(FakeDriverSpec::default());
     assert_eq!(d.version, "999.88.77");
@@ -739,6 +740,7 @@ fn finds_the_fake_driver() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes and an ldconfig-written cache"]
 fn requirements_against_the_fake_driver() {
     let (_dir, _fake, d) = build(FakeDriverSpec::default());
     let check =
@@ -840,6 +842,7 @@ fn without_a_kernel_module_nothing_is_cached() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes and an ldconfig-written cache"]
 fn the_run_cache_serves_the_fake_driver_and_falls_back_when_it_must() {
     use nvc_host::files_cache::RunCache;
     let (dir, fake, full) = build(FakeDriverSpec::default());

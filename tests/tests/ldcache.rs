@@ -19,6 +19,7 @@ use common::containers::World;
 use common::LIB;
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn newer_cuda_compat_libraries_come_first() {
     let w = World::new();
     add_compat_libcuda(&w.rootfs.path, w.dir.path(), "1000.1.2", 123450);
@@ -45,6 +46,7 @@ fn newer_cuda_compat_libraries_come_first() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn older_cuda_compat_libraries_are_ignored() {
     let w = World::new();
     add_compat_libcuda(&w.rootfs.path, w.dir.path(), "500.1.2", 111110);

@@ -153,6 +153,7 @@ fn own_start_time() -> u64 {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn an_exclusive_container_keeps_others_off_its_gpu_until_it_is_killed() {
     let w = world("");
     let a = hold(&w, &[&gpu(0), EXCLUSIVE], &[]);
@@ -193,6 +194,7 @@ fn an_exclusive_container_keeps_others_off_its_gpu_until_it_is_killed() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_deleted_exclusive_container_frees_its_gpu() {
     let w = world("");
     let a = hold(&w, &[&gpu(1), EXCLUSIVE], &[]);
@@ -205,6 +207,7 @@ fn a_deleted_exclusive_container_frees_its_gpu() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_container_with_every_gpu_writes_one_lease_file() {
     let w = world("");
     let a = hold(&w, &["NVIDIA_VISIBLE_DEVICES=all"], &[]);
@@ -242,6 +245,7 @@ fn a_container_with_every_gpu_writes_one_lease_file() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn an_exclusive_request_is_refused_on_a_gpu_a_running_container_shares() {
     let w = world("");
     let shared = hold(&w, &[&gpu(0)], &[]);
@@ -264,6 +268,7 @@ fn an_exclusive_request_is_refused_on_a_gpu_a_running_container_shares() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn the_annotation_and_the_config_key_make_containers_exclusive() {
     let w = world("");
     let a = hold(&w, &[&gpu(0)], &[("nvc.exclusive", "true")]);
@@ -284,6 +289,7 @@ fn the_annotation_and_the_config_key_make_containers_exclusive() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_bad_exclusive_value_stops_the_container() {
     let w = world("");
     let out = w.run(&[&gpu(0), "NVC_EXCLUSIVE=maybe"], "true");
@@ -291,6 +297,7 @@ fn a_bad_exclusive_value_stops_the_container() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn stale_and_reused_leases_block_nothing() {
     let w = world("");
     let dir = lease_dir(&w);
@@ -328,6 +335,7 @@ fn stale_and_reused_leases_block_nothing() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn garbage_linked_odd_and_earlier_lease_files_are_removed() {
     let w = world("");
     let dir = lease_dir(&w);
@@ -390,6 +398,7 @@ fn garbage_linked_odd_and_earlier_lease_files_are_removed() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn of_concurrent_exclusive_starts_exactly_one_wins() {
     let w = world("");
     let ids: Vec<String> = (0..8).map(|_| container_id("race")).collect();

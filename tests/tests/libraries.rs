@@ -263,6 +263,7 @@ fn a_broken_install_gives_what_is_whole() {
 // In containers under runc.
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn all_gpus_nodes_libraries_and_nvidia_smi() {
     let w = World::new();
     let out = w.ok(
@@ -314,6 +315,7 @@ fn all_gpus_nodes_libraries_and_nvidia_smi() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn capabilities_choose_what_is_injected() {
     // Two rootfs: mount points left by one container would shadow the other's view.
     let w = World::new();
@@ -349,6 +351,7 @@ fn capabilities_choose_what_is_injected() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn read_only_rootfs() {
     let w = World::new();
     let b = w
@@ -370,6 +373,7 @@ fn read_only_rootfs() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn lib64_images_get_libraries_in_usr_lib64() {
     let w = World::with(
         FakeDriverSpec::default(),

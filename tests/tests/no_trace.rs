@@ -37,6 +37,7 @@ fn driver_names(rootfs: &Path) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_stopped_gpu_container_leaves_its_rootfs_as_it_was() {
     let w = World::new();
     let before = settled(&w);
@@ -58,6 +59,7 @@ fn a_stopped_gpu_container_leaves_its_rootfs_as_it_was() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_rootfs_reused_after_a_gpu_container_has_no_driver_debris() {
     let w = World::new();
     w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], "nvc-probe");
@@ -78,6 +80,7 @@ fn a_rootfs_reused_after_a_gpu_container_has_no_driver_debris() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_users_ldconfig_in_a_gpu_container_still_finds_the_driver_and_leaves_no_stale_entry() {
     let w = World::new();
     let out = w.ok(
@@ -107,6 +110,7 @@ fn a_users_ldconfig_in_a_gpu_container_still_finds_the_driver_and_leaves_no_stal
 /// it too. The file is then the user's: it stays when the container ends, and the log
 /// says so.
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_package_manager_can_replace_a_driver_file_in_a_gpu_container() {
     let w = World::new();
     let lib = format!("{LIB}/libnvidia-ml.so.999.88.77");
@@ -126,6 +130,7 @@ fn a_package_manager_can_replace_a_driver_file_in_a_gpu_container() {
 /// Two GPU containers on one rootfs at once: the one that ends first leaves what it made
 /// to the one still running (whose mounts sit on it), and the last one takes it all away.
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_rootfs_shared_by_two_gpu_containers_is_cleaned_by_the_last_one() {
     let w = World::new();
     let before = settled(&w);
@@ -235,6 +240,7 @@ fn rootfs_state(w: &World) -> Vec<String> {
 /// replaced the first's record and the second's end took the first's driver away while
 /// it ran.)
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn containers_whose_ids_differ_only_in_characters_a_file_name_escapes_keep_apart() {
     let w = World::new();
     let before = settled(&w);
@@ -268,6 +274,7 @@ fn stop(w: &World, id: &str) {
 /// the firmware cannot be mounted) leaves the rootfs and the state folder as they were:
 /// runc runs no poststop hook for a container that never started.
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_start_refused_part_way_leaves_the_rootfs_and_the_state_folder_as_they_were() {
     let w = World::new();
     settled(&w);
@@ -297,6 +304,7 @@ fn a_start_refused_part_way_leaves_the_rootfs_and_the_state_folder_as_they_were(
 /// record), leave nothing in the state folder's rootfs/: no record, no rootfs folder, no
 /// lock file.
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn lifecycles_leave_no_lock_file_nor_record_behind() {
     let w = World::new();
     for _ in 0..3 {
@@ -330,6 +338,7 @@ fn leave_no_trace(w: &World, value: &str) {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_kubernetes_container_keeps_no_record_and_gets_no_poststop_hook() {
     let w = World::new();
     for annotation in [
@@ -357,6 +366,7 @@ fn a_kubernetes_container_keeps_no_record_and_gets_no_poststop_hook() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn always_cleans_after_a_kubernetes_container_too() {
     let w = World::new();
     leave_no_trace(&w, "always");
@@ -374,6 +384,7 @@ fn always_cleans_after_a_kubernetes_container_too() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn never_leaves_what_nvc_made_and_keeps_no_record() {
     let w = World::new();
     leave_no_trace(&w, "never");
@@ -393,6 +404,7 @@ fn never_leaves_what_nvc_made_and_keeps_no_record() {
 /// phase only what that phase needs (nvc_host::privileges), from the prestart hook's
 /// start to the poststop hook's end: what its debug log says it entered, in order.
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn the_hooks_hold_only_what_each_phase_needs() {
     let w = World::new();
     w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], "true");

@@ -192,6 +192,7 @@ fn arch_and_brand_requirements_ask_nvml_per_selected_gpu() {
 // In containers under runc.
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn bad_requests_stop_the_container_with_the_reason() {
     let w = World::new();
     for (env, reason) in [
@@ -234,6 +235,7 @@ fn bad_requests_stop_the_container_with_the_reason() {
 /// no answer in the driver-files cache. Without that program, the start stops and says
 /// which program is missing.
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn the_cuda_version_comes_from_the_helper_beside_the_hook() {
     let w = World::new();
     // A fresh state folder: the first start has no cached CUDA version.

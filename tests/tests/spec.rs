@@ -252,6 +252,7 @@ fn the_runtime_hands_its_gpus_to_the_hook_unless_a_mig_device_is_asked_for() {
 // In containers under runc.
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn unknown_fields_survive_and_a_second_pass_changes_nothing() {
     let w = World::new();
     let b = w.bundle(&["NVIDIA_VISIBLE_DEVICES=0"], "true");
@@ -289,6 +290,7 @@ fn unknown_fields_survive_and_a_second_pass_changes_nothing() {
 /// process's). The hook, which would have refused later and for another reason (the
 /// state's process in its own mount namespace), never runs.
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_gpu_container_without_a_mount_namespace_of_its_own_is_refused_naming_the_cause() {
     let w = World::new();
     let holder = nvc_tests::KillOnDrop(

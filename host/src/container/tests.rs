@@ -468,6 +468,7 @@ fn resolve_follows_forty_links_and_refuses_forty_one_and_loops() {
 }
 
 #[test]
+#[ignore = "needs root: mounts procfs inside a rootfs"]
 fn magic_links_are_refused() {
     // Made here, so the parent removes it: the child leaves with _exit.
     let sandbox = Sandbox::new();
@@ -812,6 +813,7 @@ fn dir_mount_points_are_created_or_reused_and_never_followed() {
 }
 
 #[test]
+#[ignore = "needs root: makes device nodes"]
 fn device_mount_points_check_existing_devices() {
     need_root("makes device nodes");
     let sandbox = Sandbox::new();
@@ -1113,6 +1115,7 @@ fn read_file_and_read_dir_read_only_regular_files_and_directories() {
 // ---- mounts and namespaces, in forked children -------------------------------------
 
 #[test]
+#[ignore = "needs root: unmake under mounts"]
 fn what_nvc_made_is_not_removed_while_another_mount_sits_on_it() {
     // Made here, so the parent removes it: the child leaves with _exit.
     let sandbox = Sandbox::new();
@@ -1159,6 +1162,7 @@ fn what_nvc_made_is_not_removed_while_another_mount_sits_on_it() {
 }
 
 #[test]
+#[ignore = "needs root: bind-mounts"]
 fn bind_mounts_are_read_only_nosuid_nodev_before_they_are_attached() {
     // Made here, so the parent removes it: the child leaves with _exit.
     let sandbox = Sandbox::new();
@@ -1274,6 +1278,7 @@ fn bind_mounts_are_read_only_nosuid_nodev_before_they_are_attached() {
 }
 
 #[test]
+#[ignore = "needs root: mounts a tmpfs"]
 fn tmpfs_is_populated_then_made_read_only_then_attached() {
     // Made here, so the parent removes it: the child leaves with _exit.
     let sandbox = Sandbox::new();
@@ -1345,6 +1350,7 @@ fn mount_ns_of(pid: &str) -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs root: unshares mount namespaces"]
 fn a_mount_cloned_in_one_namespace_attaches_in_another() {
     // Made here, so the parent removes it: the child leaves with _exit.
     let sandbox = Sandbox::new();
@@ -1436,6 +1442,7 @@ impl Drop for Sleeper {
 }
 
 #[test]
+#[ignore = "needs root: enters mount namespaces"]
 fn enter_mount_namespace_moves_into_the_process_namespace() {
     // Made here, so the parent removes it: the child leaves with _exit.
     let sandbox = Sandbox::new();
@@ -1506,6 +1513,7 @@ fn enter_mount_namespace_moves_into_the_process_namespace() {
 }
 
 #[test]
+#[ignore = "needs root: enters mount namespaces"]
 fn enter_mount_namespace_refuses_a_multithreaded_caller() {
     in_child("enters mount namespaces", || {
         let sleeper = Sleeper::start();
@@ -1522,6 +1530,7 @@ fn enter_mount_namespace_refuses_a_multithreaded_caller() {
 }
 
 #[test]
+#[ignore = "needs root: installs a seccomp filter"]
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn detect_falls_back_without_openat2() {
     // Made here, so the parent removes it: the child leaves with _exit.
@@ -1996,6 +2005,7 @@ fn run_case(
 }
 
 #[test]
+#[ignore = "needs root: mounts into hostile rootfs"]
 fn the_hostile_corpus_changes_nothing_outside_the_root() {
     // Made here, so the parent removes it: the child leaves with _exit.
     let sandbox = Sandbox::new();
@@ -2056,6 +2066,7 @@ fn the_hostile_corpus_changes_nothing_outside_the_root() {
 // ---- races --------------------------------------------------------------------------
 
 #[test]
+#[ignore = "needs root: mounts while racing"]
 fn racing_directory_and_symlink_swaps_change_nothing_outside() {
     // Made here, so the parent removes it: the child leaves with _exit.
     let sandbox = Sandbox::new();
@@ -2265,6 +2276,7 @@ fn assert_other_mount(err: FsError, path: &str, at: &str) {
 }
 
 #[test]
+#[ignore = "needs root: mounts volumes inside a rootfs"]
 fn nothing_is_read_made_or_mounted_on_another_mount() {
     let sandbox = Sandbox::new();
     in_child("mounts volumes inside a rootfs", || {
@@ -2320,6 +2332,7 @@ fn nothing_is_read_made_or_mounted_on_another_mount() {
 }
 
 #[test]
+#[ignore = "needs root: mounts procfs and sysfs inside a rootfs"]
 fn procfs_and_sysfs_files_behind_links_are_never_read() {
     let sandbox = Sandbox::new();
     in_child("mounts procfs and sysfs inside a rootfs", || {
@@ -2375,6 +2388,7 @@ fn procfs_and_sysfs_files_behind_links_are_never_read() {
 }
 
 #[test]
+#[ignore = "needs root: mounts /dev and /proc inside a rootfs"]
 fn submounts_are_the_runtime_mounts_or_refused() {
     let sandbox = Sandbox::new();
     in_child("mounts /dev and /proc inside a rootfs", || {
@@ -2461,6 +2475,7 @@ fn propagation_of(id: u64) -> String {
 }
 
 #[test]
+#[ignore = "needs root: makes shared mounts"]
 fn mounts_are_private_and_never_attached_under_a_shared_mount() {
     let sandbox = Sandbox::new();
     in_child("makes shared mounts", || {
@@ -2514,6 +2529,7 @@ fn mounts_are_private_and_never_attached_under_a_shared_mount() {
 }
 
 #[test]
+#[ignore = "needs root: makes mount points"]
 fn a_read_only_root_gets_only_empty_mount_points() {
     let sandbox = Sandbox::new();
     let before = sandbox.snapshot();
@@ -2574,6 +2590,7 @@ fn walk_tree(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
+#[ignore = "needs root: enters mount namespaces"]
 fn the_host_root_and_the_own_namespace_are_refused() {
     let err = ContainerRoot::open(Path::new("/")).unwrap_err();
     assert!(matches!(err, FsError::HostRoot { .. }), "{err:?}");
@@ -2617,6 +2634,7 @@ fn the_host_root_and_the_own_namespace_are_refused() {
 }
 
 #[test]
+#[ignore = "needs root: mounts a file"]
 fn a_file_mount_covers_a_file_without_writing_it() {
     let sandbox = Sandbox::new();
     in_child("mounts a file", || {
@@ -2648,6 +2666,7 @@ fn a_file_mount_covers_a_file_without_writing_it() {
 }
 
 #[test]
+#[ignore = "needs root: makes shared and slave mounts"]
 fn statmount_and_mountinfo_agree_on_what_is_shared() {
     let sandbox = Sandbox::new();
     in_child("makes shared and slave mounts", || {

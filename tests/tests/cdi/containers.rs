@@ -114,6 +114,7 @@ pub(super) fn run_with_spec_and(
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn runc_with_the_spec_applied_gets_the_gpu_and_loads_libcuda() {
     let h = Host::new();
     let rootfs = h.rootfs("rootfs");
@@ -162,6 +163,7 @@ fn runc_with_the_spec_applied_gets_the_gpu_and_loads_libcuda() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn runc_with_a_mig_device_gets_its_parent_and_capability_nodes_only() {
     let h = Host::with(FakeDriverSpec {
         mig: true,
@@ -197,6 +199,7 @@ fn runc_with_a_mig_device_gets_its_parent_and_capability_nodes_only() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn createcontainer_hooks_read_a_state_as_large_as_the_prestart_hook_does() {
     // runc copies the annotations into the state on every hook's stdin: megabytes of them
     // reach the CDI hooks as they reach the prestart hook (one limit, one error past it).
@@ -210,6 +213,7 @@ fn createcontainer_hooks_read_a_state_as_large_as_the_prestart_hook_does() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn cdi_containers_keep_cuda_forward_compatibility() {
     // As through the prestart hook (ldcache::newer_cuda_compat_libraries_come_first):
     // the image's newer compat libcuda is the one loaded; an older one is ignored.
@@ -237,6 +241,7 @@ fn cdi_containers_keep_cuda_forward_compatibility() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn createcontainer_hooks_never_write_outside_a_hostile_rootfs() {
     let h = Host::new();
     let rootfs = h.rootfs("rootfs");
@@ -322,6 +327,7 @@ fn run_timeout(argv: &[String], secs: u32) -> (bool, String, String) {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn podman_runs_a_gpu_container_from_the_generated_spec() {
     let h = Host::new();
     let podman_bin = ["/usr/bin/podman", "/usr/local/bin/podman"]
@@ -465,6 +471,7 @@ fn run_through_shim(
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn shim_takes_cdi_names_in_nvidia_visible_devices() {
     let h = Host::new();
     let rootfs = h.rootfs("rootfs");
@@ -506,6 +513,7 @@ fn shim_takes_cdi_names_in_nvidia_visible_devices() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn shim_takes_gpus_from_cdi_annotations() {
     let h = Host::new();
     let rootfs = h.rootfs("rootfs");
@@ -555,6 +563,7 @@ fn shim_takes_gpus_from_cdi_annotations() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn a_failing_cdi_hook_stops_the_container_with_its_reason() {
     let h = Host::new();
     let rootfs = h.rootfs("rootfs");

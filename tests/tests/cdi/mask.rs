@@ -27,6 +27,7 @@ fn mask_hook(h: &Host) -> Value {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn every_cdi_container_runs_the_mask_hook_and_starts() {
     let h = Host::new();
     let hook = mask_hook(&h);
@@ -57,6 +58,7 @@ fn every_cdi_container_runs_the_mask_hook_and_starts() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn a_container_whose_proc_is_no_procfs_is_refused() {
     let h = Host::new();
     let rootfs = h.rootfs("rootfs");
@@ -82,6 +84,7 @@ fn a_container_whose_proc_is_no_procfs_is_refused() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn an_image_whose_proc_driver_leads_out_changes_nothing_outside() {
     let h = Host::new();
     let rootfs = h.rootfs("rootfs");
@@ -156,6 +159,7 @@ fn run_hook_in(read_only: Option<&Path>, args: &[&str], state: &Value) -> (bool,
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn a_hook_run_before_the_containers_mounts_refuses_the_container() {
     // A runtime that runs createContainer hooks before it mounts the container's /proc
     // (crun between its changes #2094 and #2168) leaves the image's folder at
@@ -219,6 +223,7 @@ fn a_hook_run_before_the_containers_mounts_refuses_the_container() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn soname_links_on_a_rootfs_made_read_only_before_the_hooks_say_why() {
     let h = Host::new();
     let rootfs = h.rootfs("rootfs");

@@ -272,6 +272,7 @@ fn assert_loads_the_config_nvc_writes(
 
 /// Debian 12's containerd 1.6 and its own default config.
 #[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn containerd_loads_the_config_nvc_writes() {
     let w = World::new();
     let dir = w.path("containerd");
@@ -292,6 +293,7 @@ fn containerd_loads_the_config_nvc_writes() {
 /// Debian 13's containerd 1.7 with its own default config (version 2) and with the one
 /// Debian's package installs (version 2, a few keys).
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn containerd17_loads_the_config_nvc_writes() {
     let w = World::new();
     let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
@@ -308,6 +310,7 @@ fn containerd17_loads_the_config_nvc_writes() {
 /// installs (which containerd 2.1 migrates); and `--cdi` turning on CDI in a version 3
 /// config that had it off.
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn containerd21_loads_the_config_nvc_writes() {
     let w = World::new();
     let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
@@ -366,6 +369,7 @@ fn assert_root_loads_the_config_nvc_writes(
 }
 
 #[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn containerd_ctr_runs_gpu_containers_through_nvc_runtime() {
     let w = World::new();
     let containerd = start_containerd(&w);
@@ -408,6 +412,7 @@ fn containerd_ctr_runs_gpu_containers_through_nvc_runtime() {
 /// (see `nvc_tests::EngineRoot`), running containers with nvc-runtime as their runc
 /// binary. (Its `ctr` has no CDI flag; CDI on 1.7 goes through the CRI plugin.)
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn containerd17_ctr_runs_gpu_containers_through_nvc_runtime() {
     let w = World::new();
     let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
@@ -421,6 +426,7 @@ fn containerd17_ctr_runs_gpu_containers_through_nvc_runtime() {
 /// running containers with nvc-runtime as their runc binary; and its `ctr run --device
 /// nvidia.com/gpu=...`, which reads nvc's CDI spec itself and runs the root's runc.
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn containerd21_ctr_runs_gpu_containers_through_nvc_runtime_and_cdi() {
     let w = World::new();
     let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));

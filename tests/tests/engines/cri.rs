@@ -430,6 +430,7 @@ fn secure_setting(node: &Node<'_>, gpus: &[FakeGpu]) {
 
 /// Debian 13's containerd 1.7.24 (config version 2, plugin `io.containerd.grpc.v1.cri`).
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn cri_containerd17_device_list_strategies() {
     let w = World::new();
     let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
@@ -447,6 +448,7 @@ fn cri_containerd17_device_list_strategies() {
 /// Debian 13's containerd 1.7.24 with `accept-envvar-when-unprivileged = false` and
 /// `accept-devices-as-volume-mounts = true`.
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn cri_containerd17_secure_setting() {
     let w = World::new();
     let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
@@ -463,6 +465,7 @@ fn cri_containerd17_secure_setting() {
 /// Debian 14's containerd 2.1 (config version 3, plugins `io.containerd.cri.v1.runtime`
 /// and `io.containerd.cri.v1.images`).
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn cri_containerd21_device_list_strategies() {
     let w = World::new();
     let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
@@ -478,6 +481,7 @@ fn cri_containerd21_device_list_strategies() {
 
 /// Debian 14's containerd 2.1 with the secure setting.
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn cri_containerd21_secure_setting() {
     let w = World::new();
     let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));

@@ -22,17 +22,20 @@ use super::podman::{
 use super::World;
 
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn podman5_with_crun_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
     check_podman5(&DEBIAN13, "crun", User::Root);
 }
 
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn podman58_with_crun_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
     check_podman5(&DEBIAN14, "crun", User::Root);
 }
 
 /// Rootless podman (see `rootless.rs`) with crun, Debian's default runtime for podman.
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn rootless_podman58_with_crun_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
     check_podman5(&DEBIAN14, "crun", User::Rootless);
 }
@@ -44,6 +47,7 @@ fn rootless_podman58_with_crun_runs_gpu_containers_through_its_hooks_dir_and_cdi
 /// nvc-runtime's, which puts the devices in the spec for crun to make and allow; the log
 /// shows crun was what it ran.
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn nvc_runtime_runs_gpu_containers_with_crun_under_podman58() {
     let w = World::new();
     let root = DEBIAN14.root();

@@ -62,6 +62,7 @@ fn digest_without_dpkg_db(root: &Path) -> String {
 }
 
 #[test]
+#[ignore = "needs root: dpkg --root and chroot need root"]
 fn deb_installs_runs_and_purges_back_to_the_users_config() {
     require_root("dpkg --root and chroot need root");
     let host_before = host_configs();
@@ -248,6 +249,7 @@ fn deb_installs_runs_and_purges_back_to_the_users_config() {
 /// `nvc-runtime` with dockerd, and `docker run --runtime=nv` gets its GPUs through them
 /// and the .deb's `nvc-hook`.
 #[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn deb_binaries_run_gpu_containers_with_dockerd() {
     let w = World::new();
     let bin_dir = workspace_bin("nvc").parent().unwrap().to_path_buf();
@@ -327,6 +329,7 @@ fn unit_value<'a>(unit: &'a str, key: &str) -> Vec<&'a str> {
 }
 
 #[test]
+#[ignore = "needs root: dpkg --root, chroot, and a fake driver's device nodes need root"]
 fn deb_installs_the_cdi_refresh_and_its_command_writes_a_spec() {
     require_root("dpkg --root, chroot, and a fake driver's device nodes need root");
     let dir = tempfile::tempdir().unwrap();

@@ -12,6 +12,7 @@ use super::{
 };
 
 #[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn docker_runtime_nv_gives_the_requested_gpus() {
     let w = World::new();
     let dockerd = start_dockerd(&w);
@@ -51,6 +52,7 @@ fn docker_runtime_nv_gives_the_requested_gpus() {
 }
 
 #[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn docker_gpus_flag_runs_nvc_hook() {
     let w = World::new();
     let dockerd = start_dockerd(&w);
@@ -83,6 +85,7 @@ fn docker_gpus_flag_runs_nvc_hook() {
 /// (see `nvc_tests::EngineRoot`): Docker 26 reads CDI devices only with `features.cdi`,
 /// which `nvc runtime configure --cdi` sets.
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn docker26_runs_gpu_containers_through_nv_gpus_and_cdi() {
     let w = World::new();
     let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
@@ -97,6 +100,7 @@ fn docker26_runs_gpu_containers_through_nv_gpus_and_cdi() {
 /// `/var/run/cdi`, so the daemon.json `nvc runtime configure` writes without `--cdi` is
 /// enough for `--device nvidia.com/gpu=...`.
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn docker28_runs_gpu_containers_through_nv_gpus_and_cdi() {
     let w = World::new();
     let root = EngineRoot::debian14().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
@@ -269,6 +273,7 @@ impl<'w> RootDocker<'w> {
 /// without nvc like the image it came from (no 0-byte `libcuda.so.*`, no cache entry for
 /// one).
 #[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn docker_commit_of_an_ended_gpu_container_carries_nothing_of_the_driver() {
     let w = World::new();
     let dockerd = start_dockerd(&w);
@@ -349,6 +354,7 @@ const DEBRIS: &str =
 /// it, which dangles anywhere else: the committed image, run without nvc, behaves like the
 /// image it came from (libcuda not found rather than "file too short", ldconfig quiet).
 #[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn docker_commit_of_a_running_or_a_gpus_flag_container_carries_no_empty_driver_file() {
     let w = World::new();
     let dockerd = start_dockerd(&w);
@@ -441,6 +447,7 @@ fn docker_commit_of_a_running_or_a_gpus_flag_container_carries_no_empty_driver_f
 /// dockerd's namespaces as on a host: `docker exec`
 /// then sees the GPU, its node passing the device cgroup, and the driver.
 #[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn docker_container_started_without_a_gpu_gets_one_from_nvc_attach() {
     let w = World::new();
     let dockerd = start_dockerd(&w);

@@ -46,6 +46,7 @@ pub(super) fn podman_hooks_dir(w: &World) -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn podman_runs_nvc_hook_from_its_hooks_dir() {
     let w = World::new();
     let podman = Podman::new(&w.path("podman"), &podman_hooks_dir(&w))
@@ -292,12 +293,14 @@ pub(super) fn assert_podman5_gpu_containers(
 /// `nvc_tests::EngineRoot`), on this machine's hybrid cgroups: the checks of
 /// [`assert_podman5_gpu_containers`]. (Its crun: `crun.rs`.)
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn podman5_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
     check_podman5(&DEBIAN13, "runc", User::Root);
 }
 
 /// Debian 14's Podman 5.8 with runc 1.3, the same way.
 #[test]
+#[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
 fn podman58_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
     check_podman5(&DEBIAN14, "runc", User::Root);
 }

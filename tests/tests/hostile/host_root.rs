@@ -75,6 +75,7 @@ impl Overlay {
 }
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn the_hook_refuses_the_hosts_root_directory_as_rootfs() {
     let lab = Lab::new();
     // The overlay's tmpfs is the test's own mount: made before the host's is recorded.
@@ -123,6 +124,7 @@ fn the_hook_refuses_the_hosts_root_directory_as_rootfs() {
 const RECORDING_RUNTIME: &str = "#!/bin/sh\necho \"$@\" >>\"$(dirname \"$0\")/runtime-ran\"\n";
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn nvc_runtime_refuses_the_hosts_root_directory_before_the_runtime_runs() {
     let lab = Lab::new();
     // The overlay's tmpfs is the test's own mount: made before the host's is recorded.
@@ -217,6 +219,7 @@ fn nvc_runtime_refuses_the_hosts_root_directory_before_the_runtime_runs() {
 // A forged state.
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn a_state_pid_in_the_hooks_own_mount_namespace_is_refused() {
     let lab = Lab::new();
     let dir = lab.fresh();

@@ -38,6 +38,7 @@ unsigned la_version(unsigned v) {{ return v; }}
 const PRIVILEGED: [&str; 4] = ["nvc-hook", "nvc-runtime", "runc", "nvidia-container"];
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn the_image_environment_never_reaches_the_hook() {
     let lab = Lab::new();
     let host_marker = lab.path().join("payload-ran-on-the-host");
@@ -189,6 +190,7 @@ fn the_image_environment_never_reaches_the_hook() {
 }
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn the_images_ldconfig_never_runs() {
     let lab = Lab::new();
     let dir = lab.fresh();
@@ -248,6 +250,7 @@ fn the_images_ldconfig_never_runs() {
 // The strict policy also holds for annotations.
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn cdi_annotations_give_no_gpu_to_unprivileged_containers_under_the_strict_policy() {
     let lab = Lab::new();
     let strict = lab.config_with("strict", |text| {
@@ -308,6 +311,7 @@ fn cdi_annotations_give_no_gpu_to_unprivileged_containers_under_the_strict_polic
 const FORGED_LINE: &str = "1700000000.000000 nvc-hook [1] ERROR: forged-by-image";
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn image_strings_are_escaped_in_the_nvc_log_and_in_messages() {
     let lab = Lab::new();
     // A newline, then a forged log line, then an ESC sequence that clears a terminal.

@@ -98,6 +98,7 @@ fn lib64_check() -> (String, String) {
 }
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn links_from_read_paths_to_blockers_are_never_read_and_the_container_starts_in_time() {
     let lab = Lab::new();
     let mut cases = Vec::new();
@@ -149,6 +150,7 @@ const USER_CANNOT_WRITE: (&str, &str) = (
 );
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn links_into_a_volume_are_refused_and_leave_it_and_the_host_unchanged() {
     let lab = Lab::new();
     let mut cases = Vec::new();

@@ -31,6 +31,7 @@ fn run_seen_while_created(
 }
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn a_read_only_rootfs_gets_only_empty_mount_points_and_keeps_every_file() {
     let lab = Lab::new();
     let rt = lab.nvc_bounded();
@@ -116,6 +117,7 @@ fn digest_entries(digest: &str) -> std::collections::BTreeMap<String, (u32, Stri
 }
 
 #[test]
+#[ignore = "needs root: hostile images need runc, device nodes and mounts"]
 fn a_read_only_rootfs_with_every_mount_point_in_place_starts_unchanged() {
     let lab = Lab::new();
     let rt = lab.nvc_bounded();

