@@ -15,20 +15,6 @@ use std::sync::{Mutex, OnceLock};
 
 use super::{run_command, EngineError};
 
-/// The engines each root holds (with `uidmap`, whose `newuidmap` rootless podman needs).
-const PACKAGES: &str =
-    "podman,runc,crun,conmon,catatonit,uidmap,docker.io,docker-cli,containerd,tini";
-
-/// The Debian suites a root is made from, with the debootstrap script for each (this
-/// machine's debootstrap may predate the suite: `sid`'s script makes any newer one).
-const SUITES: &[(&str, &str)] = &[("trixie", "trixie"), ("forky", "sid")];
-
-/// The file in a root that names the packages it was made with.
-const MADE_WITH: &str = ".nvc-engine-root";
-
-/// Where Debian's packages come from.
-const MIRROR: &str = "http://deb.debian.org/debian";
-
 /// The script `unshare` runs (see [`EngineRoot::command_in`]): binds, `pivot_root` into
 /// the root, and the user switch of a rootless engine.
 ///
@@ -159,32 +145,33 @@ pub struct EngineRoot {
     pub suite: &'static str,
 }
 
-/// Serializes the roots' creation: the tests of one binary run in parallel.
+/// Serializes the roots' creation within a test binary (the script serializes it across
+/// processes).
 static MAKING: Mutex<()> = Mutex::new(());
 
-/// The folder that holds the roots: `NVC_ENGINE_ROOTS` when set (several checkouts can
-/// share one), else `engine-roots` in the build folder (next to `debug`), so one build
-/// makes them once.
+/// The folder that holds the roots: `NVC_ENGINE_ROOTS` when set, else `engine-roots` in
+/// `NVC_TESTS_CACHE` (default `/var/cache/nvc-tests`), so a machine makes them once for
+/// every checkout and build.
 fn roots_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        if let Some(dir) = std::env::var_os("NVC_ENGINE_ROOTS").filter(|d| !d.is_empty()) {
-            return PathBuf::from(dir);
-        }
-        let exe = std::env::current_exe().unwrap_or_default();
-        // target/debug/deps/<test> → target
-        exe.ancestors()
-            .nth(3)
-            .map_or_else(|| PathBuf::from("/var/tmp"), Path::to_path_buf)
-            .join("engine-roots")
+        let set = |name: &str| std::env::var_os(name).filter(|d| !d.is_empty());
+        set("NVC_ENGINE_ROOTS").map_or_else(
+            || {
+                set("NVC_TESTS_CACHE")
+                    .map_or_else(|| PathBuf::from("/var/cache/nvc-tests"), PathBuf::from)
+                    .join("engine-roots")
+            },
+            PathBuf::from,
+        )
     })
     .clone()
 }
 
 impl EngineRoot {
     /// Debian 13 (trixie): podman 5.4, Docker 26.1 with containerd 1.7, runc 1.1, crun
-    /// 1.21. Made on first use (about half a minute and 900 MB from the Debian mirror),
-    /// then reused.
+    /// 1.21. Made on first use (about a minute and 900 MB from the Debian mirror), then
+    /// reused.
     pub fn debian13() -> Result<EngineRoot, EngineError> {
         EngineRoot::make("trixie")
     }
@@ -195,47 +182,22 @@ impl EngineRoot {
         EngineRoot::make("forky")
     }
 
+    /// The root of `suite`, made by `scripts/engine-roots.sh` when it is not made yet
+    /// (`scripts/test.sh` runs the script while cargo builds, so a test finds it made).
     fn make(suite: &'static str) -> Result<EngineRoot, EngineError> {
-        let script = SUITES
-            .iter()
-            .find(|(s, _)| *s == suite)
-            .map_or(suite, |(_, script)| *script);
-        let packages = PACKAGES;
-        let path = roots_dir().join(suite);
         let _guard = MAKING.lock().unwrap_or_else(|e| e.into_inner());
-        // Test binaries of one run (and checkouts sharing `NVC_ENGINE_ROOTS`) run at once:
-        // one makes the root while the others wait on the lock file.
-        std::fs::create_dir_all(roots_dir())
-            .map_err(EngineError::io("create directory", roots_dir()))?;
-        let lock_path = roots_dir().join(format!(".{suite}.lock"));
-        let lock =
-            std::fs::File::create(&lock_path).map_err(EngineError::io("create", &lock_path))?;
-        lock.lock().map_err(EngineError::io("lock", &lock_path))?;
-        let made_with = std::fs::read_to_string(path.join(MADE_WITH)).unwrap_or_default();
-        if made_with.trim() == packages {
-            return Ok(EngineRoot { path, suite });
-        }
-        // Another package list (or a partial root): made again.
-        let _ = std::fs::remove_dir_all(&path);
-        let debootstrap = super::find_program("debootstrap", "debootstrap")?;
-        let partial = path.with_extension("partial");
-        let _ = std::fs::remove_dir_all(&partial);
-        std::fs::create_dir_all(&partial).map_err(EngineError::io("create directory", &partial))?;
-        let mut command = Command::new(debootstrap);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/engine-roots.sh");
+        let dir = roots_dir();
+        std::fs::create_dir_all(&dir).map_err(EngineError::io("create directory", &dir))?;
+        let mut command = Command::new("bash");
         command
-            .args(["--variant=minbase", &format!("--include={packages}"), suite])
-            .arg(&partial)
-            .arg(MIRROR)
-            .arg(format!("/usr/share/debootstrap/scripts/{script}"));
-        let out = run_command(
-            &mut command,
-            &roots_dir(),
-            std::time::Duration::from_secs(900),
-        );
-        EngineError::check("debootstrap a Debian root with its engines", out)?;
-        std::fs::write(partial.join(MADE_WITH), packages)
-            .map_err(EngineError::io("write", partial.join(MADE_WITH)))?;
-        std::fs::rename(&partial, &path).map_err(EngineError::io("rename", &partial))?;
+            .arg(&script)
+            .arg(suite)
+            .env("NVC_ENGINE_ROOTS", &dir);
+        let out = run_command(&mut command, &dir, std::time::Duration::from_secs(1800));
+        EngineError::check("make a Debian root with its engines", out)?;
+        let path = dir.join(suite);
+        std::fs::metadata(&path).map_err(EngineError::io("find the made root", &path))?;
         Ok(EngineRoot { path, suite })
     }
 
