@@ -5,6 +5,20 @@ set -euo pipefail
 
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
+
+# `--quick`: only what the quick tier needs (scripts/test.sh --quick): a Rust toolchain
+# and the C linker. Without root it cannot install them, and says what is missing.
+if [ "${1:-}" = --quick ]; then
+    have cargo || need+=(cargo)
+    have cc || need+=(gcc libc6-dev)
+    # The committed trees' 32-bit libraries are made again and compared.
+    echo "int main(void){return 0;}" | gcc -m32 -x c - -o /dev/null 2>/dev/null || need+=(gcc-multilib)
+    if [ ${#need[@]} -gt 0 ]; then
+        echo "missing: ${need[*]} (rust-toolchain.toml names the Rust toolchain)" >&2
+        exit 1
+    fi
+    exit 0
+fi
 have gcc || need+=(gcc libc6-dev)
 have ldconfig || need+=(libc-bin)
 have mknod || need+=(coreutils)
