@@ -554,20 +554,35 @@ fn gpu_container_gets_nodes_rules_and_hook() {
             gpu.minor,
         ));
     }
-    let devices: Vec<(String, u32, u32)> = edited["linux"]["devices"]
+    // The fake tree's nodes are not at their own host paths: each is a bind mount from
+    // where it is, never a node the runtime makes (runc, refused mknod, would bind it from
+    // its container path on the host).
+    assert!(edited["linux"].get("devices").is_none(), "{edited}");
+    let bound: Vec<(String, String)> = edited["mounts"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|d| {
-            assert_eq!(d["type"], "c");
-            (
-                d["path"].as_str().unwrap().to_string(),
-                d["major"].as_u64().unwrap() as u32,
-                d["minor"].as_u64().unwrap() as u32,
-            )
+        .filter(|m| {
+            m["destination"]
+                .as_str()
+                .unwrap()
+                .starts_with("/dev/nvidia")
+        })
+        .map(|m| {
+            assert_eq!(m["type"], "bind");
+            assert_eq!(m["options"], json!(["bind", "nosuid", "noexec"]));
+            let source = m["source"].as_str().unwrap().to_string();
+            (m["destination"].as_str().unwrap().to_string(), source)
         })
         .collect();
-    assert_eq!(devices, want);
+    let want_bound: Vec<(String, String)> = want
+        .iter()
+        .map(|(path, _, _)| {
+            let source = fake.dev_root.join(path.trim_start_matches('/'));
+            (path.clone(), source.display().to_string())
+        })
+        .collect();
+    assert_eq!(bound, want_bound);
     let rules = edited["linux"]["resources"]["devices"].as_array().unwrap();
     assert_eq!(rules[0], json!({"allow": false, "access": "rwm"}));
     for (path, major, minor) in &want {

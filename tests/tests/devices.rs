@@ -520,3 +520,44 @@ fn user_namespace_containers_get_their_nodes_from_any_dev_root() {
         "{nodes:?}"
     );
 }
+
+#[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
+fn nodes_of_a_dev_root_elsewhere_are_bind_mounts_in_containers_started_at_once() {
+    // The fake tree's nodes are not at their own paths on the host, as a dev root other
+    // than `/` has them: each reaches the container as a bind mount from where it is, so
+    // the runtime never makes them, nor binds them from a host path that is not them when
+    // mknod is refused (runc 1.1 on cgroup v1, containers starting at once).
+    let w = World::new();
+    let script = format!("{LIST_NODES}; grep ' /dev/nvidia' /proc/self/mountinfo");
+    let bundles: Vec<Bundle> = (0..8)
+        .map(|_| w.bundle(&["NVIDIA_VISIBLE_DEVICES=all"], &script))
+        .collect();
+    let outs: Vec<nvc_tests::Outcome> = std::thread::scope(|s| {
+        let runs: Vec<_> = bundles
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let rt = &w.rt;
+                s.spawn(move || rt.run(b, &format!("nvc-once-{}-{i}", std::process::id())))
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for out in outs {
+        assert!(out.success(), "{out:?}\nnvc log:\n{}", w.nvc_log());
+        let nodes = nodes_inside(&out.stdout);
+        for g in w.gpus_in_bus_order() {
+            let node = format!("/dev/nvidia{}", g.minor);
+            assert!(
+                nodes.contains(&format!("{node} 195:{}", g.minor)),
+                "{node} missing: {nodes:?}\n{out:?}"
+            );
+            let mounted = out
+                .stdout
+                .lines()
+                .any(|l| l.split_whitespace().nth(4) == Some(node.as_str()));
+            assert!(mounted, "{node} is no mount of its own:\n{}", out.stdout);
+        }
+    }
+}

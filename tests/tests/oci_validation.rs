@@ -123,7 +123,29 @@ struct Target {
     state_root: PathBuf,
     /// The programs' `TMPDIR`, where they make their bundles.
     tmp: PathBuf,
+    /// The fake driver's device nodes, copied into the `/dev` each program sees.
+    dev_nodes: PathBuf,
 }
+
+/// What `unshare` runs a validation program in: a mount namespace of its own whose `/dev`
+/// is a copy of the host's (with its `pts`, `shm` and `mqueue`) plus the fake driver's
+/// nodes, at their own paths as a host with the driver has them, so that the runtime
+/// makes them (a node elsewhere on the host would be a bind mount, which runtimetest
+/// cannot check: "we need an (r)bind spec to test against"). The host's `/dev` is not
+/// changed. `$1`: the nodes' folder; then the program.
+const DEV_SCRIPT: &str = r#"set -e
+old=$(mktemp -d)
+mount --rbind /dev "$old"
+mount -t tmpfs -o mode=0755,nosuid nvc-dev /dev
+cp -ax "$old/." /dev/
+for m in pts shm mqueue hugepages; do
+  if mountpoint -q "$old/$m"; then mkdir -p "/dev/$m"; mount --rbind "$old/$m" "/dev/$m"; fi
+done
+umount -l "$old"
+rmdir "$old"
+cp -a "$1/." /dev/
+shift
+exec "$@""#;
 
 fn write_executable(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
@@ -135,7 +157,7 @@ fn quoted(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
 
-fn target(dir: &Path, name: &'static str, command: String) -> Target {
+fn target(dir: &Path, name: &'static str, command: String, dev_nodes: &Path) -> Target {
     let state_root = dir.join(format!("state-{name}"));
     let tmp = dir.join(format!("tmp-{name}"));
     std::fs::create_dir_all(&state_root).unwrap();
@@ -153,13 +175,26 @@ fn target(dir: &Path, name: &'static str, command: String) -> Target {
         wrapper,
         state_root,
         tmp,
+        dev_nodes: dev_nodes.to_path_buf(),
     }
 }
 
 fn run_program(tree: &Path, program: &Path, target: &Target) -> ProgramRun {
     let start = Instant::now();
-    let mut command = Command::new(program);
+    let mut command = Command::new("unshare");
     command
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            DEV_SCRIPT,
+            "sh",
+        ])
+        .arg(&target.dev_nodes)
+        .arg(program)
         .current_dir(tree)
         .env("RUNTIME", &target.wrapper)
         .env("TMPDIR", &target.tmp);
@@ -395,7 +430,13 @@ fn nvc_runtime_passes_what_runc_passes() {
     .build(&driver)
     .unwrap();
     let config = nvc_config_for(&fake, dir.path()).unwrap();
-    let runc = target(dir.path(), "runc", quoted(&runc_path()));
+    // The nodes are where each program's /dev has them (DEV_SCRIPT): dev root `/`.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let dev_root = format!("dev-root = \"{}\"\n", fake.dev_root.display());
+    assert!(text.contains(&dev_root), "{text}");
+    std::fs::write(&config, text.replace(&dev_root, "dev-root = \"/\"\n")).unwrap();
+    let nodes = fake.dev_root.join("dev");
+    let runc = target(dir.path(), "runc", quoted(&runc_path()), &nodes);
     let nvc = target(
         dir.path(),
         "nvc",
@@ -405,6 +446,7 @@ fn nvc_runtime_passes_what_runc_passes() {
             quoted(Path::new(env!("CARGO_BIN_EXE_nvc-all-gpus"))),
             quoted(&workspace_bin("nvc-runtime")),
         ),
+        &nodes,
     );
 
     let start = Instant::now();

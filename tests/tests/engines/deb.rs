@@ -61,6 +61,31 @@ fn digest_without_dpkg_db(root: &Path) -> String {
         .collect()
 }
 
+/// The .deb `packaging/build-deb.sh` makes of this build's binaries, built once for the
+/// tests of this file (each build compresses some megabytes with xz: seconds of CPU), in
+/// the build's scratch folder, `target/tmp/nvc-deb`, which the next run makes anew.
+fn built_deb() -> PathBuf {
+    static DEB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DEB.get_or_init(|| {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nvc-deb");
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&out).unwrap();
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let bin_dir = workspace_bin("nvc").parent().unwrap().to_path_buf();
+        let built = run(Command::new("bash")
+            .arg(repo.join("packaging/build-deb.sh"))
+            .arg("--bin-dir")
+            .arg(&bin_dir)
+            .arg("--out")
+            .arg(&out));
+        built.assert_success();
+        let deb = PathBuf::from(built.stdout.lines().last().unwrap());
+        assert!(deb.is_file(), "{built:?}");
+        deb
+    })
+    .clone()
+}
+
 #[test]
 #[ignore = "needs root: dpkg --root and chroot need root"]
 fn deb_installs_runs_and_purges_back_to_the_users_config() {
@@ -68,16 +93,7 @@ fn deb_installs_runs_and_purges_back_to_the_users_config() {
     let host_before = host_configs();
     let dir = tempfile::tempdir().unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let bin_dir = workspace_bin("nvc").parent().unwrap().to_path_buf();
-    let built = run(Command::new("bash")
-        .arg(repo.join("packaging/build-deb.sh"))
-        .arg("--bin-dir")
-        .arg(&bin_dir)
-        .arg("--out")
-        .arg(dir.path()));
-    built.assert_success();
-    let deb = PathBuf::from(built.stdout.lines().last().unwrap());
-    assert!(deb.is_file(), "{built:?}");
+    let deb = built_deb();
 
     let root = dir.path().join("root");
     dpkg_root(&root);
@@ -252,17 +268,7 @@ fn deb_installs_runs_and_purges_back_to_the_users_config() {
 #[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn deb_binaries_run_gpu_containers_with_dockerd() {
     let w = World::new();
-    let bin_dir = workspace_bin("nvc").parent().unwrap().to_path_buf();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let out_dir = w.path("deb");
-    let built = run(Command::new("bash")
-        .arg(repo.join("packaging/build-deb.sh"))
-        .arg("--bin-dir")
-        .arg(&bin_dir)
-        .arg("--out")
-        .arg(&out_dir));
-    built.assert_success();
-    let deb = PathBuf::from(built.stdout.lines().last().unwrap());
+    let deb = built_deb();
     let pkg = w.path("pkg");
     run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&pkg)).assert_success();
     let packaged = |name: &str| pkg.join("usr/bin").join(name);
@@ -334,15 +340,7 @@ fn deb_installs_the_cdi_refresh_and_its_command_writes_a_spec() {
     require_root("dpkg --root, chroot, and a fake driver's device nodes need root");
     let dir = tempfile::tempdir().unwrap();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let bin_dir = workspace_bin("nvc").parent().unwrap().to_path_buf();
-    let built = run(Command::new("bash")
-        .arg(repo.join("packaging/build-deb.sh"))
-        .arg("--bin-dir")
-        .arg(&bin_dir)
-        .arg("--out")
-        .arg(dir.path()));
-    built.assert_success();
-    let deb = PathBuf::from(built.stdout.lines().last().unwrap());
+    let deb = built_deb();
     let root = dir.path().join("root");
     dpkg_root(&root);
     // systemd "running" there, its tools recording what the maintainer scripts ask.

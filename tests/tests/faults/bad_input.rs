@@ -174,18 +174,14 @@ fn created(rt: &Runtime, bundle: &Bundle) -> Value {
     bundle.read_config().unwrap()
 }
 
-/// The `/dev/nvidia<N>` GPU nodes (not nvidiactl and the like) in `spec`'s linux.devices.
+/// The `/dev/nvidia<N>` GPU nodes (not nvidiactl and the like) `spec` gives.
 fn gpu_nodes(spec: &Value) -> Vec<String> {
-    spec["linux"]["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|d| d["path"].as_str())
+    crate::spec_nodes(spec)
+        .into_iter()
         .filter(|p| {
             p.strip_prefix("/dev/nvidia")
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         })
-        .map(String::from)
         .collect()
 }
 

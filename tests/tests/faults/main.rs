@@ -16,3 +16,19 @@
 
 mod bad_input;
 mod startup;
+
+/// The device nodes a spec gives the container: `linux.devices`, which the runtime makes,
+/// and the bind mounts under `/dev` of the nodes that are elsewhere on the host (a fake
+/// tree's are).
+fn spec_nodes(spec: &serde_json::Value) -> Vec<String> {
+    let list = |v: &serde_json::Value| v.as_array().cloned().unwrap_or_default();
+    let made = list(&spec["linux"]["devices"])
+        .into_iter()
+        .filter_map(|d| d["path"].as_str().map(String::from));
+    let bound = list(&spec["mounts"])
+        .into_iter()
+        .filter(|m| m["type"] == "bind")
+        .filter_map(|m| m["destination"].as_str().map(String::from))
+        .filter(|d| d.starts_with("/dev/nvidia"));
+    made.chain(bound).collect()
+}

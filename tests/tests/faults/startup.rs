@@ -285,12 +285,11 @@ fn hook_killed_midway() {
 /// Each path in a list, with how many times it is there.
 type PathCounts = Vec<(String, usize)>;
 
-/// How many times `spec` holds each hook path and each device path.
+/// How many times `spec` holds each hook path and each device node's path.
 fn counts(spec: &Value) -> (PathCounts, PathCounts) {
-    let tally = |items: Option<&Vec<Value>>| {
+    let tally = |keys: Vec<String>| {
         let mut seen = PathCounts::new();
-        for item in items.into_iter().flatten() {
-            let key = item["path"].as_str().unwrap_or_default().to_string();
+        for key in keys {
             match seen.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, n)) => *n += 1,
                 None => seen.push((key, 1)),
@@ -298,9 +297,14 @@ fn counts(spec: &Value) -> (PathCounts, PathCounts) {
         }
         seen
     };
+    let hooks = spec["hooks"]["prestart"].as_array().into_iter().flatten();
     (
-        tally(spec["hooks"]["prestart"].as_array()),
-        tally(spec["linux"]["devices"].as_array()),
+        tally(
+            hooks
+                .map(|h| h["path"].as_str().unwrap_or_default().to_string())
+                .collect(),
+        ),
+        tally(crate::spec_nodes(spec)),
     )
 }
 
