@@ -156,7 +156,7 @@ run_program() {
     (
         cd "$dir" && CARGO_MANIFEST_DIR=$dir "${as[@]}" "$exe" "$@"
         s=$?
-        times | tail -n 1 >"${log%.log}.cpu"
+        times >"${log%.log}.cpu"
         exit $s
     ) </dev/null >"$log" 2>&1 || status=$?
     echo $((SECONDS - start)) >"${log%.log}.time"
@@ -165,7 +165,7 @@ run_program() {
     [ -n "$result" ] || result="test result: FAILED. (exit status $status, no result line)"
     [ $status = 0 ] || case "$result" in *FAILED*) ;; *) result="test result: FAILED. (exit status $status) $result" ;; esac
     printf '     Running %s (%s, %d s; CPU user, system: %s)\n%s\n' "$name" "$kind" \
-        $((SECONDS - start)) "$(cat "${log%.log}.cpu" 2>/dev/null)" "$result"
+        $((SECONDS - start)) "$(tail -n 1 "${log%.log}.cpu" 2>/dev/null)" "$result"
 }
 export -f run_program
 export LOGS=$logs
