@@ -69,7 +69,7 @@ print_times() {
     printf '  %s\n' "${times[@]}"
     # What ran beside the build, from the files its jobs wrote.
     local f
-    for f in "$logs"/background/*.time; do
+    $quick || for f in "$logs"/background/*.time; do
         [ -e "$f" ] && printf '  %-34s %4d s (beside the build)\n' "$(basename "$f" .time)" "$(cat "$f")"
     done
     printf '  %-34s %4d s\n' "total" "$SECONDS"
@@ -106,12 +106,15 @@ else
     echo "NOT CHECKED: formatting (this cargo has no rustfmt; rust-toolchain.toml names it)" >&2
 fi
 
-# The one build: every test program and every binary the suites run.
+# The one build: every test program and every binary the suites run (`cargo test` alone
+# builds a package's binaries only for its own integration tests: not `nvc`); then the
+# test programs' list, from the build just made.
 build() {
-    cargo test --workspace --locked --no-run --message-format=json-render-diagnostics \
-        >"$logs/build.json"
+    cargo build --workspace --all-targets --locked &&
+        cargo test --workspace --locked --no-run --message-format=json-render-diagnostics \
+            >"$logs/build.json"
 }
-timed "build (cargo test --no-run)" build
+timed "build (cargo build --all-targets)" build
 # "NAME KIND PACKAGE-DIR EXECUTABLE" for each test program, longest-running suites first
 # (by the last run's times on this machine, else by the list below), so that the last
 # to finish is a short one.

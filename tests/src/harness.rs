@@ -28,6 +28,13 @@ pub(crate) use runtime::{describe, read_lossy};
 /// How long one runtime command may take before it is killed.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The workspace's root folder: this package is its `tests/`.
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the nvc-tests package is a folder of the workspace")
+}
+
 /// The workspace's built binary `name`: `target/<profile>/<name>`, found next to the running
 /// test executable (which lives in `target/<profile>/deps/`).
 ///

@@ -44,8 +44,8 @@ pub use engines::{
 pub use error::FakeError;
 pub use harness::{
     container_id, dir_names, host_mounts, host_mounts_beside_tests, nvc_config_for,
-    processes_under, runc_containers, runc_delete, runc_path, tree_digest, workspace_bin, Outcome,
-    Runtime, TestMount, DEFAULT_TIMEOUT,
+    processes_under, repo_root, runc_containers, runc_delete, runc_path, tree_digest,
+    workspace_bin, Outcome, Runtime, TestMount, DEFAULT_TIMEOUT,
 };
 pub use oci_suite::{oci_runtime_tools, parse_tap, validation_programs, TapLine};
 pub use proc_tree::proc_version;

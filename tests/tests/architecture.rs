@@ -8,10 +8,7 @@
 use std::path::{Path, PathBuf};
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    nvc_tests::repo_root().to_path_buf()
 }
 
 /// The backquoted spans of `text`.

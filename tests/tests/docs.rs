@@ -25,12 +25,8 @@ use std::time::Duration;
 
 use nvc_tests::{run_command, workspace_bin};
 
-/// The workspace's root (this package is its `tests/` folder).
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    nvc_tests::repo_root().to_path_buf()
 }
 
 /// The programs whose commands are checked against their help.

@@ -70,7 +70,7 @@ fn built_deb() -> PathBuf {
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nvc-deb");
         let _ = std::fs::remove_dir_all(&out);
         std::fs::create_dir_all(&out).unwrap();
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let repo = nvc_tests::repo_root();
         let bin_dir = workspace_bin("nvc").parent().unwrap().to_path_buf();
         let built = run(Command::new("bash")
             .arg(repo.join("packaging/build-deb.sh"))
@@ -92,7 +92,7 @@ fn deb_installs_runs_and_purges_back_to_the_users_config() {
     require_root("dpkg --root and chroot need root");
     let host_before = host_configs();
     let dir = tempfile::tempdir().unwrap();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let repo = nvc_tests::repo_root();
     let deb = built_deb();
 
     let root = dir.path().join("root");
@@ -339,7 +339,7 @@ fn unit_value<'a>(unit: &'a str, key: &str) -> Vec<&'a str> {
 fn deb_installs_the_cdi_refresh_and_its_command_writes_a_spec() {
     require_root("dpkg --root, chroot, and a fake driver's device nodes need root");
     let dir = tempfile::tempdir().unwrap();
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let repo = nvc_tests::repo_root();
     let deb = built_deb();
     let root = dir.path().join("root");
     dpkg_root(&root);
