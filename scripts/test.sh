@@ -179,8 +179,7 @@ run_tier() {
     rm -rf "${logs:?}/$tier"
     mkdir -p "$logs/$tier"
     # shellcheck disable=SC2016
-    xargs -P "$jobs" -L 1 bash -c 'run_program "$@"' _ "$tier" <"$logs/$tier.list" \
-        | sed -u 's/^/  /' || true
+    xargs -P "$jobs" -L 1 bash -c 'run_program "$@"' _ "$tier" <"$logs/$tier.list" || true
 }
 
 # Sums of the result lines of a tier: "PASSED FAILED IGNORED BROKEN", BROKEN being the
