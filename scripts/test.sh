@@ -106,6 +106,9 @@ else
     echo "NOT CHECKED: formatting (this cargo has no rustfmt; rust-toolchain.toml names it)" >&2
 fi
 
+# A first build (no target/debug yet, as in a fresh clone) is not incremental: incremental
+# compilation only pays back on the next build, and costs the first one its caches.
+[ -d target/debug ] || export CARGO_INCREMENTAL=0
 # The one build: every test program and every binary the suites run (`cargo test` alone
 # builds a package's binaries only for its own integration tests: not `nvc`); then the
 # test programs' list, from the build just made.
