@@ -239,9 +239,10 @@ if [ "$(id -u)" = 0 ]; then
     first_exe=$(head -n 1 "$logs/quick.list" | cut -d' ' -f4)
     if setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$first_exe" 2>/dev/null &&
         unshare --net true 2>/dev/null; then
-        AS_NOBODY=$(mktemp -d /tmp/nvc-quick.XXXXXX)
-        chown 65534:65534 "$AS_NOBODY"
-        trap 'rm -rf "$AS_NOBODY"' EXIT
+        nobody_home=$(mktemp -d /tmp/nvc-quick.XXXXXX)
+        chown 65534:65534 "$nobody_home"
+        trap 'rm -rf "$nobody_home"' EXIT
+        AS_NOBODY=$nobody_home
     else
         echo "note: the quick tier runs as root here: nobody cannot reach $first_exe" >&2
     fi
@@ -273,6 +274,8 @@ fi
 # more than they compute.
 lint_and_docs() {
     local status=0
+    # This subshell's own phases, written out for the summary.
+    times=()
     if cargo clippy --version >/dev/null 2>&1; then
         timed "lints (cargo clippy)" cargo clippy --workspace --all-targets --locked -- -D warnings || status=1
     else
@@ -281,7 +284,7 @@ lint_and_docs() {
     # Doc links stay true when code moves.
     RUSTDOCFLAGS="-D warnings" timed "docs (cargo doc)" \
         cargo doc --workspace --no-deps --document-private-items --locked --quiet || status=1
-    printf '%s\n' "${times[@]: -2}" >"$logs/lint-times"
+    printf '%s\n' "${times[@]}" >"$logs/lint-times"
     return $status
 }
 lint_and_docs >"$logs/lints.log" 2>&1 &
