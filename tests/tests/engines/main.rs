@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nvc_tests::{
-    host_mounts, nvc_config_for, require_root, tree_digest, workspace_bin, Dockerd, FakeDriver,
-    FakeDriverSpec, FakeGpu, Outcome, RootfsSpec,
+    dir_names, host_mounts, nvc_config_for, require_root, tree_digest, workspace_bin, Dockerd,
+    FakeDriver, FakeDriverSpec, FakeGpu, Outcome, RootfsSpec,
 };
 
 use libnvc::report::error_chain;
@@ -67,23 +67,33 @@ struct World {
     host_configs: String,
 }
 
-/// Host paths an engine test must leave as they were.
+/// Host paths an engine test must leave as they were, contents and all.
 const HOST_PATHS: &[&str] = &[
     "/etc/docker",
     "/etc/containerd",
     "/etc/containers",
     "/etc/nvc",
     "/etc/cdi",
-    "/opt",
+    "/opt/containerd",
+    "/opt/cni",
     "/run/docker",
     "/run/containerd",
 ];
 
+/// Folders whose names must stay the same, but whose contents are another program's
+/// business: `/opt` holds what the machine installed there (hundreds of megabytes on
+/// some machines, read twice a test if digested), and the engines' own folders in it are
+/// digested above.
+const HOST_FOLDERS: &[&str] = &["/opt"];
+
 fn host_configs() -> String {
-    HOST_PATHS
+    let digests = HOST_PATHS
         .iter()
-        .map(|p| format!("== {p}\n{}", tree_digest(Path::new(p))))
-        .collect()
+        .map(|p| format!("== {p}\n{}", tree_digest(Path::new(p))));
+    let names = HOST_FOLDERS
+        .iter()
+        .map(|p| format!("== {p} (names)\n{}\n", dir_names(Path::new(p)).join("\n")));
+    digests.chain(names).collect()
 }
 
 impl World {
