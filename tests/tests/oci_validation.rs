@@ -9,9 +9,9 @@
 //! delete`; `RUNTIME` is a wrapper the test writes: runc with a state root of its own, or
 //! `nvc-all-gpus` (a binary of this crate: it adds `NVIDIA_VISIBLE_DEVICES=all` to the
 //! spec of a `create` or `run`) in front of nvc-runtime with the test's nvc config and
-//! another state root. Each program runs alone per runtime (some use fixed container
-//! ids); the two runtimes run side by side, but for the programs that use the fixed
-//! cgroup `cgrouptest` ([`EXCLUSIVE`]), which run with nothing else. An assertion is
+//! another state root. The programs run several at a time, over both runtimes (each
+//! names its containers by a fresh UUID), but for those that use the fixed cgroup
+//! `cgrouptest` ([`EXCLUSIVE`]), which run one at a time beside the others. An assertion is
 //! matched by its text and rank among those with the same text (nvc's device nodes give
 //! runtimetest more to check, which moves the numbers); a skipped one passed nothing; a
 //! program that fails under nvc-runtime what it passed under runc runs again, alone, up
@@ -31,7 +31,8 @@ use std::fmt::Write as _;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nvc_tests::{
@@ -50,11 +51,25 @@ const PROGRAM_TIMEOUT: Duration = Duration::from_secs(120);
 const RETRIES: usize = 2;
 
 /// The programs that put their container in the fixed cgroup `cgrouptest` (or another
-/// fixed place in the cgroup tree): they run with no other program beside them.
+/// fixed place in the cgroup tree): they run one at a time.
 const EXCLUSIVE: &[&str] = &[
     "linux_cgroups_",
     "delete_resources",
     "delete_only_create_resources",
+];
+
+/// The programs that take longest (they wait for a container to stop, or for a signal),
+/// longest first: started first, so that the last to end is a short one.
+const LONGEST: &[&str] = &[
+    "linux_cgroups_cpus",
+    "delete",
+    "kill",
+    "pidfile",
+    "linux_readonly_paths",
+    "linux_masked_paths",
+    "linux_cgroups_memory",
+    "linux_ns_path",
+    "linux_rootfs_propagation",
 ];
 
 /// An assertion nvc-runtime fails on purpose, where runc passes it.
@@ -208,26 +223,51 @@ fn run_program(tree: &Path, program: &Path, target: &Target) -> ProgramRun {
     }
 }
 
-/// Runs every program against `target`, in order; a program of [`EXCLUSIVE`] holds
-/// `lock` for writing, every other for reading.
+/// How many programs run at once, over both runtimes: they mostly wait (on a container
+/// that sleeps, or for a signal to land), so more than the cores. One of them runs the
+/// programs of [`EXCLUSIVE`], one after the other.
+const WORKERS: usize = 6;
+
+/// Runs every program against each of `targets`: those of [`EXCLUSIVE`] one after the
+/// other (they share a cgroup), beside the others, [`WORKERS`] at a time in all, the
+/// longest first as far as [`LONGEST`] knows. The runs, by target, then by program.
 fn run_all(
     tree: &Path,
     programs: &[(String, PathBuf)],
-    target: &Target,
-    lock: &RwLock<()>,
-) -> BTreeMap<String, ProgramRun> {
-    let mut runs = BTreeMap::new();
-    for (name, path) in programs {
-        let run = if EXCLUSIVE.iter().any(|p| name.starts_with(p)) {
-            let _alone = lock.write().unwrap_or_else(|p| p.into_inner());
-            run_program(tree, path, target)
-        } else {
-            let _shared = lock.read().unwrap_or_else(|p| p.into_inner());
-            run_program(tree, path, target)
-        };
-        runs.insert(name.clone(), run);
-    }
-    runs
+    targets: &[&Target],
+) -> Vec<BTreeMap<String, ProgramRun>> {
+    let rank = |name: &str| {
+        LONGEST
+            .iter()
+            .position(|p| name.starts_with(p))
+            .unwrap_or(LONGEST.len())
+    };
+    let mut all: Vec<(usize, &String, &PathBuf)> = programs
+        .iter()
+        .flat_map(|(name, path)| (0..targets.len()).map(move |t| (t, name, path)))
+        .collect();
+    all.sort_by_key(|(_, name, _)| rank(name));
+    let (exclusive, shared): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|(_, name, _)| EXCLUSIVE.iter().any(|p| name.starts_with(p)));
+    let runs: Mutex<Vec<BTreeMap<String, ProgramRun>>> =
+        Mutex::new(targets.iter().map(|_| BTreeMap::new()).collect());
+    let run = |&(t, name, path): &(usize, &String, &PathBuf)| {
+        let run = run_program(tree, path, targets[t]);
+        runs.lock().unwrap()[t].insert(name.clone(), run);
+    };
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| exclusive.iter().for_each(run));
+        for _ in 1..WORKERS {
+            s.spawn(|| {
+                while let Some(item) = shared.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    run(item);
+                }
+            });
+        }
+    });
+    runs.into_inner().unwrap()
 }
 
 /// The refusal that covers `assertion` of `program`, if any.
@@ -450,12 +490,8 @@ fn nvc_runtime_passes_what_runc_passes() {
     );
 
     let start = Instant::now();
-    let lock = RwLock::new(());
-    let (runc_runs, nvc_runs) = std::thread::scope(|s| {
-        let runc_side = s.spawn(|| run_all(&tree, &programs, &runc, &lock));
-        let nvc_side = s.spawn(|| run_all(&tree, &programs, &nvc, &lock));
-        (runc_side.join().unwrap(), nvc_side.join().unwrap())
-    });
+    let mut runs = run_all(&tree, &programs, &[&runc, &nvc]).into_iter();
+    let (runc_runs, nvc_runs) = (runs.next().unwrap(), runs.next().unwrap());
     let mut nvc_runs: BTreeMap<String, Vec<ProgramRun>> =
         nvc_runs.into_iter().map(|(k, v)| (k, vec![v])).collect();
     for (name, path) in &programs {
