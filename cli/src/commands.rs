@@ -88,6 +88,8 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
             .collect();
         let out = json!({
             "driverVersion": driver.version,
+            "platform": if driver.wsl.is_some() { "wsl" } else { "linux" },
+            "wsl": driver.wsl,
             "cudaVersion": cuda.as_ref().ok(),
             "gpus": gpus,
             "leases": leases.as_ref().map(|l| crate::leases::to_json(l)).ok(),
@@ -96,6 +98,17 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
         return Ok(());
     }
     println!("Driver version:  {}", driver.version);
+    if let Some(wsl) = &driver.wsl {
+        println!(
+            "Platform:        WSL2 ({} gives every GPU, or none)",
+            wsl.dxg.display()
+        );
+        println!("WSL libraries:   {}", wsl.lib_dir.display());
+        match &wsl.driver_store {
+            Some(s) => println!("Driver store:    {}", s.display()),
+            None => println!("Driver store:    none with libcuda.so.1.1"),
+        }
+    }
     match &cuda {
         Ok(v) => println!("CUDA version:    {v}"),
         Err(e) => println!(
@@ -141,7 +154,9 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
         }
     }
     print_table(&rows);
-    if driver.gpus.is_empty() {
+    if driver.wsl.is_some() {
+        println!("(WSL2 lists no GPU: a container gets all of them through /dev/dxg; nvidia-smi shows them)");
+    } else if driver.gpus.is_empty() {
         println!(
             "(no GPU listed under {})",
             driver.roots.nvidia_proc().join("gpus").display()
@@ -249,6 +264,12 @@ pub fn list(args: &ListArgs) -> Result<(), CliError> {
         ]);
     }
     print_table(&rows);
+    if let Some(wsl) = &driver.wsl {
+        println!(
+            "(WSL2: {} gives every GPU; the driver's folders are mounted where the host has them)",
+            wsl.dxg.display()
+        );
+    }
     Ok(())
 }
 

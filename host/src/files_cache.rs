@@ -377,6 +377,7 @@ mod tests {
                 soname: "libcuda.so.1".into(),
                 host_path: root.join("lib/libcuda.so.999.88.77"),
                 file_name: "libcuda.so.999.88.77".into(),
+                container_dir: None,
             }],
             binaries: vec![HostFile {
                 capabilities: vec![Capability::Utility],

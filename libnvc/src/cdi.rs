@@ -267,6 +267,11 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
             all_nodes.extend(mig.caps.iter());
         }
     }
+    // WSL: /dev/dxg is every GPU, the one device `all` (a device with no edit is not
+    // a CDI device).
+    if driver.wsl.is_some() {
+        all_nodes.extend(driver.control_nodes.iter());
+    }
     devices.push(Device {
         name: ALL_DEVICE.to_string(),
         container_edits: CdiEdits {
@@ -407,6 +412,7 @@ mod tests {
             known_cuda_version: None,
             cacheable: false,
             version_from_proc: false,
+            wsl: None,
         }
     }
 

@@ -98,6 +98,9 @@ impl FakeDriverSpec {
     /// Every device node the tree has (when `device_nodes`), with the numbers and modes the
     /// real driver gives them.
     pub fn device_nodes(&self) -> Vec<FakeDeviceNode> {
+        if self.wsl {
+            return FakeDriverSpec::wsl_nodes();
+        }
         let node = |path: String, major, minor, mode| FakeDeviceNode {
             path: PathBuf::from(path),
             major,

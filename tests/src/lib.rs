@@ -26,6 +26,7 @@ mod spec;
 mod sweep;
 mod tree;
 pub mod trees;
+mod wsl_tree;
 
 pub use bundle::{
     bounding_set, default_config, Bundle, ALL_CAPABILITIES, DEFAULT_CAPABILITIES, DEFAULT_PATH_ENV,
@@ -59,6 +60,7 @@ pub use sweep::{
     kill_processes_under, mounts_under, run_with_stdin, unmount_all_under, KillOnDrop, Sweep,
 };
 pub use tree::{FakeDriver, LIB32_DIR, MULTIARCH_LIB_DIR, NVIDIA_PREFIX};
+pub use wsl_tree::{DXG_MAJOR, DXG_MINOR, WSL_DRIVER_STORE, WSL_LIB_DIR};
 
 /// Where nvc-hook mounts the driver's file `path` in a container whose `/dev` is the
 /// runtime's tmpfs, named at `path` by a link to it (`nvc_host::setup::staged_target`):

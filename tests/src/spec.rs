@@ -72,6 +72,10 @@ pub struct FakeDriverSpec {
     /// Bound unix sockets `run/nvidia-persistenced/socket` and `run/nvidia-fabricmanager/socket`
     /// and the directory `tmp/nvidia-mps` under the root. Default true.
     pub ipc: bool,
+    /// A WSL2 driver instead of a Linux one: `/dev/dxg`, `/usr/lib/wsl/lib` and a driver
+    /// store folder, no kernel module (`gpus`, `mig`, `lib32`, `imex_channels` and `ipc` are
+    /// not used). Default false.
+    pub wsl: bool,
 }
 
 impl Default for FakeDriverSpec {
@@ -86,6 +90,7 @@ impl Default for FakeDriverSpec {
             mig: false,
             imex_channels: 0,
             ipc: true,
+            wsl: false,
         }
     }
 }

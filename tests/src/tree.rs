@@ -113,6 +113,17 @@ impl FakeDriverSpec {
                 .map_err(FakeError::io("create directory", &driver.dev_root))?;
         }
 
+        if self.wsl {
+            write_root_skeleton(&driver.root)?;
+            crate::wsl_tree::write(&driver)?;
+            run_ldconfig(&driver.root)?;
+            if self.device_nodes {
+                devices::create_nodes(&driver.dev_root, &self.device_nodes())?;
+            }
+            mkdirs(&driver.dev_dir())?;
+            write_file(&driver.config, config_toml(&driver), 0o644)?;
+            return Ok(driver);
+        }
         let x86_64 = compile::artifacts(&self.version, self.cuda_version, Arch::X86_64)?;
         let i386 = if self.lib32 && compile::gcc_m32_works() {
             Some(compile::artifacts(

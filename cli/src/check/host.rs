@@ -52,7 +52,9 @@ pub fn check_all(probe: &Probe) -> Vec<Row> {
             None
         }
     };
-    if let Some(driver) = &driver {
+    if let Some(wsl) = driver.as_ref().and_then(|d| d.wsl.as_ref()) {
+        rows.push(wsl_row(wsl));
+    } else if let Some(driver) = &driver {
         rows.push(versions(driver));
         rows.push(gpus(driver));
         let majors = read_majors(&roots.proc_root);
@@ -104,10 +106,37 @@ pub fn config(path: &Path) -> (Row, Option<Config>) {
     (Row::ok("config", detail), Some(config))
 }
 
+/// WSL2's device and folders, in place of the Linux driver's versions, GPUs and nodes.
+fn wsl_row(wsl: &discover::wsl::Wsl) -> Row {
+    match &wsl.driver_store {
+        Some(store) => Row::ok(
+            "wsl",
+            format!(
+                "{} gives every GPU (WSL cannot isolate one); libraries in {} and the driver store {}",
+                show(&wsl.dxg),
+                show(&wsl.lib_dir),
+                show(store)
+            ),
+        ),
+        None => Row::fail(
+            "wsl",
+            format!(
+                "{} is there but no NVIDIA driver store with libcuda.so.1.1 under {}",
+                show(&wsl.dxg),
+                discover::wsl::DRIVERS_DIR
+            ),
+            "install or update the NVIDIA driver on Windows, then restart WSL (wsl --shutdown)",
+        ),
+    }
+}
+
 fn driver_row(driver: &Driver) -> Row {
     let roots = &driver.roots;
     let default = DriverRoots::from_config(&nvc_config::DriverConfig::default());
-    let mut detail = driver.version.clone();
+    let mut detail = match driver.wsl {
+        Some(_) => format!("WSL2, version {}", driver.version),
+        None => driver.version.clone(),
+    };
     if *roots != default {
         let dev = if roots.dev_root == roots.root {
             String::new()

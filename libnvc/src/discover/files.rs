@@ -140,6 +140,7 @@ pub fn libraries(
             soname: info.soname.unwrap_or_else(|| entry.name.clone()),
             host_path,
             file_name,
+            container_dir: None,
         });
     }
     out.sort_by(|a, b| (a.class, &a.stem).cmp(&(b.class, &b.stem)));

@@ -85,6 +85,7 @@ mod tests {
             soname: "libcuda.so.1".into(),
             host_path: PathBuf::from(path),
             file_name: "libcuda.so.999.88.77".into(),
+            container_dir: None,
         };
         let driver = DriverFiles {
             version: "999.88.77".into(),

@@ -14,6 +14,7 @@ mod gpu_details;
 mod nodes;
 pub mod proc;
 pub mod tables;
+pub mod wsl;
 
 pub use nodes::read_majors;
 
@@ -97,6 +98,9 @@ pub struct Driver {
     /// libraries).
     #[serde(skip)]
     pub version_from_proc: bool,
+    /// What a WSL2 driver has of its own (`/dev/dxg`, its folders); `None` elsewhere.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wsl: Option<wsl::Wsl>,
 }
 
 /// One GPU.
@@ -157,6 +161,10 @@ pub struct Library {
     pub host_path: PathBuf,
     /// The real file's name, such as `libcuda.so.580.159.04`.
     pub file_name: String,
+    /// The container folder it goes into when that is not the image's library folder:
+    /// on WSL, the library's own folder. `None`: the image's folder for its class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_dir: Option<PathBuf>,
 }
 
 /// A driver file other than a library.
@@ -365,6 +373,10 @@ pub fn discover_with(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(DiscoverError::io("read", &nvidia.join("version"), e)),
     };
+    // WSL2: no kernel module of NVIDIA's, /dev/dxg and /usr/lib/wsl instead.
+    if proc_version.is_none() && wsl::detect(probe, roots) {
+        return wsl::discover(probe, roots, scope);
+    }
     let full = scope == Scope::Full;
     let files_cache = cache.filter(|_| full);
     let cached = match (files_cache, &proc_version) {
@@ -487,6 +499,7 @@ pub fn discover_with(
         roots: roots.clone(),
         version,
         gpus,
+        wsl: None,
     })
 }
 

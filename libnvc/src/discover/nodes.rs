@@ -185,7 +185,7 @@ impl<'a> Nodes<'a> {
 }
 
 /// The node `<dev_root>/dev/<rel>`, read from the host when it is a character device.
-fn host_node(probe: &dyn HostProbe, dev_root: &Path, rel: &str) -> Option<DeviceNode> {
+pub(super) fn host_node(probe: &dyn HostProbe, dev_root: &Path, rel: &str) -> Option<DeviceNode> {
     let host_path = dev_root.join("dev").join(rel);
     let meta = probe.lstat(&host_path).ok()?;
     if meta.kind != FileKind::CharDevice {

@@ -27,7 +27,9 @@ pub fn build(
 
     // Device nodes: the control nodes, then each selected GPU and MIG device.
     let wants_modeset = caps.contains(Capability::Graphics) || caps.contains(Capability::Display);
-    for node in &driver.control_nodes {
+    // On WSL the one node is every GPU: only a request for all of them gets it.
+    let control = driver.wsl.is_none() || matches!(request.devices, DeviceSelection::All);
+    for node in driver.control_nodes.iter().filter(|_| control) {
         if node.path == Path::new("/dev/nvidia-modeset") && !wants_modeset {
             continue;
         }
@@ -146,7 +148,20 @@ fn add_libraries(
             if !lib.capabilities.iter().any(|c| caps.contains(*c)) {
                 continue;
             }
-            any = true;
+            // A library with a folder of its own (WSL's) goes there, and so does its
+            // folder in the ld.so.cache, before the image's.
+            let dir = match &lib.container_dir {
+                Some(own) => {
+                    if !edits.ldcache_dirs.contains(own) {
+                        edits.ldcache_dirs.push(own.clone());
+                    }
+                    own
+                }
+                None => {
+                    any = true;
+                    dir
+                }
+            };
             edits.mounts.push(Mount {
                 host_path: lib.host_path.clone(),
                 container_path: dir.join(&lib.file_name),
@@ -172,4 +187,15 @@ fn add_libraries(
             edits.ldcache_dirs.push(dir.clone());
         }
     }
+    // A folder whose files come as they are (WSL's) can hold the soname's file itself:
+    // no link goes over a file mounted there, nor twice to one name.
+    let mounted: std::collections::BTreeSet<_> = edits
+        .mounts
+        .iter()
+        .map(|m| m.container_path.clone())
+        .collect();
+    let mut linked = std::collections::BTreeSet::new();
+    edits
+        .symlinks
+        .retain(|s| !mounted.contains(&s.link) && linked.insert(s.link.clone()));
 }

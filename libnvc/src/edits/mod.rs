@@ -253,6 +253,14 @@ pub enum EditsError {
         /// Why.
         reason: &'static str,
     },
+    /// One GPU asked for on WSL2, where `/dev/dxg` gives every GPU or none.
+    #[error("{variable}: {device}: WSL cannot give a container one GPU and not another (its one device, /dev/dxg, reaches every GPU); ask for all of them with {variable}=all, or for none with {variable}=void")]
+    WslCannotIsolate {
+        /// The variable that asked for it.
+        variable: &'static str,
+        /// The device as asked for.
+        device: String,
+    },
     /// A requested IMEX channel has no node on the host.
     #[error("NVIDIA_IMEX_CHANNELS: channel {0} has no device node on this host")]
     UnknownChannel(u32),

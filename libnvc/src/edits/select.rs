@@ -56,6 +56,14 @@ pub fn select<'a>(
         }
         DeviceSelection::List(ids) => ids,
     };
+    if driver.wsl.is_some() {
+        let device = ids
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        return Err(EditsError::WslCannotIsolate { variable, device });
+    }
     let unknown = |device: String| EditsError::UnknownDevice {
         variable,
         device,

@@ -19,6 +19,7 @@ fn library(stem: &str, class: LibClass, cap: Capability) -> Library {
         soname: format!("{stem}.so.1"),
         host_path: PathBuf::from(format!("{dir}/{stem}.so.999.88.77")),
         file_name: format!("{stem}.so.999.88.77"),
+        container_dir: None,
     }
 }
 
@@ -47,6 +48,7 @@ fn driver() -> Driver {
         known_cuda_version: None,
         cacheable: false,
         version_from_proc: false,
+        wsl: None,
     }
 }
 

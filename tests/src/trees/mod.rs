@@ -156,6 +156,18 @@ pub const SCENARIOS: &[Scenario] = &[
         },
         finish: nothing_more,
     },
+    Scenario {
+        name: "wsl",
+        about: "WSL2: /dev/dxg (c 10 125), the user-space driver in /usr/lib/wsl/lib (listed \
+                in ld.wsl.conf) and the driver store folder \
+                /usr/lib/wsl/drivers/nvmdi.inf_amd64_<hash> (libcuda.so.1.1, its loaders, \
+                nvcubins.bin, nvidia-smi, a Windows file), no kernel module",
+        spec: || FakeDriverSpec {
+            wsl: true,
+            ..base(0)
+        },
+        finish: nothing_more,
+    },
 ];
 
 /// The scenario called `name`.
