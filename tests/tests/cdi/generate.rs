@@ -342,3 +342,47 @@ fn a_relative_hook_path_is_refused() {
     assert!(matches!(err, CdiError::RelativeHookPath(_)), "{err}");
     assert!(err.to_string().contains("hook.path"), "{err}");
 }
+
+#[test]
+fn a_wsl_spec_has_one_device_all_with_dxg() {
+    let (tree, d) = driver("wsl");
+    for strategy in [NameStrategy::Index, NameStrategy::Uuid, NameStrategy::Both] {
+        let spec = as_json(&generate(&d, strategy));
+        assert_eq!(names(&generate(&d, strategy)), ["all"]);
+        let all = device(&spec, "all");
+        assert_eq!(spec_nodes(&all["containerEdits"]), ["/dev/dxg 10:125"]);
+        assert_eq!(
+            all["containerEdits"]["deviceNodes"][0]["hostPath"],
+            json!(tree.dir.join("dev/dxg"))
+        );
+        // No node for every container of the spec: /dev/dxg is every GPU.
+        let edits = &spec["containerEdits"];
+        assert!(spec_nodes(edits).is_empty(), "{edits}");
+        // The driver's folders where the host has them, and in the ld.so.cache; no
+        // /proc/driver/nvidia to mask.
+        let store = nvc_tests::WSL_DRIVER_STORE;
+        let mounts: Vec<&str> = edits["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["containerPath"].as_str().unwrap())
+            .collect();
+        for want in [
+            format!("{store}/libcuda.so.1.1"),
+            "/usr/lib/wsl/lib/libcuda.so.1".to_string(),
+            "/usr/bin/nvidia-smi".to_string(),
+        ] {
+            assert!(mounts.contains(&want.as_str()), "{want}: {mounts:?}");
+        }
+        let hooks = edits["hooks"].to_string();
+        assert!(
+            hooks.contains(&format!("{store}/libcuda.so.1")),
+            "the link libcuda.so.1 -> libcuda.so.1.1: {hooks}"
+        );
+        assert!(
+            hooks.contains("update-ldcache") && hooks.contains(store),
+            "{hooks}"
+        );
+        assert!(!hooks.contains("cdi-mask-proc"), "{hooks}");
+    }
+}

@@ -417,6 +417,18 @@ fn ld_caches_list_the_libraries_as_seen_from_the_root() {
         assert_eq!(cache.generator, None, "{}", scenario.name);
         assert_eq!(ldcache::write(&cache.entries).unwrap(), bytes);
 
+        if scenario.spec().wsl {
+            // ld.wsl.conf's one folder (`the_wsl_tree_has_wsls_layout`).
+            assert!(
+                cache
+                    .entries
+                    .iter()
+                    .all(|e| e.path.starts_with("/usr/lib/wsl/lib/")),
+                "{:?}",
+                cache.entries
+            );
+            continue;
+        }
         let lib32 = scenario.spec().lib32;
         let mut entries: HashMap<(String, CacheArch), BTreeSet<String>> = HashMap::new();
         for e in &cache.entries {
@@ -802,4 +814,61 @@ fn the_generator_cli_writes_checks_and_refuses() {
         .collect();
     names.sort();
     assert_eq!(names, ["README.md", "imex"]);
+}
+
+#[test]
+fn the_wsl_tree_has_wsls_layout() {
+    let tree = DriverTree::committed("wsl");
+    let probe = tree.probe().unwrap();
+    // /dev/dxg, a misc device; no kernel module of NVIDIA's.
+    let dxg = probe.lstat(&tree.dir.join("dev/dxg")).unwrap();
+    assert_eq!(
+        (dxg.kind, dxg.major, dxg.minor, dxg.mode),
+        (FileKind::CharDevice, 10, nvc_tests::DXG_MINOR, 0o666)
+    );
+    assert!(!tree.proc_root.join("driver/nvidia").exists());
+    assert!(fs::read_to_string(tree.proc_root.join("devices"))
+        .unwrap()
+        .contains(" 10 misc\n"));
+    // The files of both folders, with their sonames: copies of one library under several
+    // names in /usr/lib/wsl/lib, the real libcuda.so.1.1 in the driver store.
+    let soname = |path: &str| {
+        let file = tree.root.join(path.trim_start_matches('/'));
+        assert!(fs::symlink_metadata(&file).unwrap().is_file(), "{path}");
+        elf::read_elf_info(&mut fs::File::open(&file).unwrap())
+            .unwrap()
+            .soname
+    };
+    let lib = nvc_tests::WSL_LIB_DIR;
+    let store = nvc_tests::WSL_DRIVER_STORE;
+    for (path, want) in [
+        (format!("{lib}/libcuda.so"), "libcuda.so.1"),
+        (format!("{lib}/libcuda.so.1"), "libcuda.so.1"),
+        (format!("{lib}/libcuda.so.1.1"), "libcuda.so.1"),
+        (format!("{lib}/libnvidia-ml.so.1"), "libnvidia-ml.so.1"),
+        (format!("{lib}/libdxcore.so"), "libdxcore.so"),
+        (format!("{store}/libcuda.so.1.1"), "libcuda.so.1"),
+        (
+            format!("{store}/libnvidia-ptxjitcompiler.so.1"),
+            "libnvidia-ptxjitcompiler.so.1",
+        ),
+        (
+            format!("{store}/libnvidia-nvvm.so.4"),
+            "libnvidia-nvvm.so.4",
+        ),
+    ] {
+        assert_eq!(soname(&path).as_deref(), Some(want), "{path}");
+    }
+    assert_eq!(soname(&format!("{store}/nvidia-smi")), None);
+    // The loader's configuration names the folder, and the cache lists it.
+    let conf = fs::read_to_string(tree.root.join("etc/ld.so.conf.d/ld.wsl.conf")).unwrap();
+    assert!(conf.lines().any(|l| l == "/usr/lib/wsl/lib"), "{conf}");
+    let cache = ldcache::parse(&fs::read(tree.root.join("etc/ld.so.cache")).unwrap()).unwrap();
+    let cuda: Vec<&str> = cache
+        .entries
+        .iter()
+        .filter(|e| e.name == "libcuda.so.1")
+        .map(|e| e.path.as_str())
+        .collect();
+    assert_eq!(cuda, ["/usr/lib/wsl/lib/libcuda.so.1"]);
 }
