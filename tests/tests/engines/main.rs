@@ -39,6 +39,7 @@ mod deb;
 mod docker;
 mod podman;
 mod rootless;
+mod wsl;
 
 /// Prints each `/dev/nvidia*` node as `node PATH MAJ:MIN` (hex), then tries to open GPU
 /// minors 0-7 and nvidiactl through nodes it makes itself, printing `open 195:M <errno
@@ -98,11 +99,16 @@ fn host_configs() -> String {
 
 impl World {
     fn new() -> World {
+        World::with(FakeDriverSpec::default())
+    }
+
+    /// A world whose fake driver is `spec`'s.
+    fn with(spec: FakeDriverSpec) -> World {
         require_root("engines need root: dockerd, containerd, podman, device nodes");
         let host_configs = host_configs();
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("driver")).unwrap();
-        let fake = FakeDriverSpec::default()
+        let fake = spec
             .build(&dir.path().join("driver"))
             .unwrap();
         let rootfs = RootfsSpec::default()
