@@ -108,9 +108,7 @@ impl World {
         let host_configs = host_configs();
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("driver")).unwrap();
-        let fake = spec
-            .build(&dir.path().join("driver"))
-            .unwrap();
+        let fake = spec.build(&dir.path().join("driver")).unwrap();
         let rootfs = RootfsSpec::default()
             .build(&dir.path().join("rootfs"))
             .unwrap();
