@@ -72,7 +72,8 @@ enum Folder {
 
 /// The driver's files in the two folders, by name, with their capabilities; a file not
 /// named here (the Windows files of the driver store, other vendors' libraries) is left
-/// out. Names of the NVIDIA Windows drivers 5xx as WSL shows them.
+/// out. The names of NVIDIA's Windows drivers as NVIDIA's Container Toolkit and listings
+/// of WSL2 hosts give them.
 const FILES: &[(Folder, &str, Kind, &[Capability])] = {
     use Capability::{Compute, Graphics, Utility, Video};
     use Folder::{Lib, Store};
@@ -98,7 +99,6 @@ const FILES: &[(Folder, &str, Kind, &[Capability])] = {
         (Lib, "libnvoptix_loader.so.1", Library, &[Graphics]),
         (Lib, "libd3d12.so", Library, &[Graphics]),
         (Lib, "libd3d12core.so", Library, &[Graphics]),
-        (Lib, "libnvwgf2umx.so", Library, &[Graphics]),
         (Lib, "nvidia-smi", Program, &[Utility]),
         (Store, "libcuda.so.1.1", Library, &[Compute]),
         (Store, "libcuda_loader.so", Library, &[Compute]),
@@ -108,6 +108,7 @@ const FILES: &[(Folder, &str, Kind, &[Capability])] = {
         (Store, "libnvidia-ptxjitcompiler.so.1", Library, &[Compute]),
         (Store, "libnvidia-ml.so.1", Library, &[Utility]),
         (Store, "libnvidia-ml_loader.so", Library, &[Utility]),
+        (Store, "libnvwgf2umx.so", Library, &[Graphics]),
         (Store, "nvcubins.bin", Data, &[Compute]),
         (Store, "nvidia-smi", Program, &[Utility]),
     ]
