@@ -1,142 +1,77 @@
 #!/usr/bin/env bash
 # Builds the nvc Debian package: release binaries, then a .deb made with dpkg-deb.
 #
-#   packaging/build-deb.sh [--bin-dir DIR] [--out DIR]
+#   packaging/build-deb.sh [--arch amd64|arm64] [--bin-dir DIR] [--help-from NVC]
+#                          [--xz-level N] [--out DIR]
 #
-# --bin-dir DIR  package the nvc, nvc-runtime, nvc-hook and nvc-cuda-version already built
-#                in DIR instead of running `cargo build --release` (the tests package
-#                their debug build)
-# --out DIR      where the .deb goes (default target/deb)
+# --arch ARCH      the package's architecture (default: this machine's); the binaries
+#                  must be for it
+# --bin-dir DIR    package the nvc, nvc-runtime, nvc-hook and nvc-cuda-version already
+#                  built in DIR (the tests package their debug build); without it, this
+#                  machine's architecture is built (`cargo build --release`), and arm64 is
+#                  taken from target/aarch64-unknown-linux-gnu/release
+# --help-from NVC  an nvc of the same version that runs here, for the --help text in
+#                  nvc.txt when the packaged one cannot run here (another architecture)
+# --xz-level N     how hard xz compresses (0-9, default 6, as dpkg-deb does): the tests take
+#                  0, which packs their debug build in a tenth of the time
+# --out DIR        where the .deb goes (default target/deb)
 #
-# Prints the path of the .deb on its last line. Needs dpkg-deb, readelf (binutils) and
-# md5sum; runs as any user (file owners in the package are root through
-# --root-owner-group).
+# Prints the path of the .deb on its last line. Needs dpkg-deb, readelf and strip
+# (binutils; binutils-aarch64-linux-gnu for arm64 elsewhere) and md5sum; runs as any user
+# (file owners in the package are root through --root-owner-group).
 set -euo pipefail
 
-repo="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=packaging/payload.sh
+. "$(dirname "$0")/payload.sh"
+repo="$nvc_repo"
 bin_dir=""
+help_from=""
+arch=""
+xz_level=6
 out_dir="$repo/target/deb"
 while [ $# -gt 0 ]; do
     case "$1" in
+        --arch) arch="${2:?--arch needs amd64 or arm64}"; shift 2 ;;
         --bin-dir) bin_dir="${2:?--bin-dir needs a directory}"; shift 2 ;;
+        --help-from) help_from="${2:?--help-from needs a program}"; shift 2 ;;
+        --xz-level) xz_level="${2:?--xz-level needs 0 to 9}"; shift 2 ;;
         --out) out_dir="${2:?--out needs a directory}"; shift 2 ;;
-        -h|--help) sed -n '2,13s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
         *) echo "build-deb.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
-for tool in dpkg-deb readelf strip md5sum; do
-    command -v "$tool" >/dev/null || { echo "build-deb.sh: $tool is missing (apt-get install dpkg binutils coreutils)" >&2; exit 1; }
+for tool in dpkg-deb md5sum; do
+    command -v "$tool" >/dev/null || nvc_die "$tool is missing (apt-get install dpkg coreutils)"
 done
-
-# The workspace's version: [workspace.package] version in the root Cargo.toml.
-version="$(awk '/^\[workspace\.package\]/ {p=1; next} /^\[/ {p=0}
-    p && /^version *=/ {gsub(/.*= *"|".*/, ""); print; exit}' "$repo/Cargo.toml")"
-[ -n "$version" ] || { echo "build-deb.sh: no [workspace.package] version in Cargo.toml" >&2; exit 1; }
-
-if [ -z "$bin_dir" ]; then
-    (cd "$repo" && cargo build --release --locked -p nvc-cli -p nvc-runtime -p nvc-hook)
-    # The shim and the hook static (.cargo/config.toml says why): every container execs
-    # the shim, every GPU container the hook.
-    (cd "$repo" && cargo build-shim-static && cargo build-hook-static)
-    bin_dir="$repo/target/release"
-fi
+case "${arch:=$(dpkg --print-architecture)}" in
+    amd64|arm64) ;;
+    *) nvc_die "--arch is amd64 or arm64, not $arch" ;;
+esac
+elf_arch="$(nvc_elf_arch "$arch")"
+case "$xz_level" in
+    [0-9]) ;;
+    *) nvc_die "--xz-level is 0 to 9, not $xz_level" ;;
+esac
+version="$(nvc_version)"
+[ -n "$bin_dir" ] || bin_dir="$(nvc_bin_dir "$elf_arch")"
 bin_dir="$(cd "$bin_dir" && pwd)"
-for b in nvc nvc-runtime nvc-hook nvc-cuda-version; do
-    [ -x "$bin_dir/$b" ] || { echo "build-deb.sh: $bin_dir/$b is missing" >&2; exit 1; }
-done
 
 mkdir -p "$out_dir"
 out_dir="$(cd "$out_dir" && pwd)"
 stage="$(mktemp -d "$out_dir/.stage.XXXXXX")"
 trap 'rm -rf "$stage"' EXIT
 root="$stage/root"
-doc="$root/usr/share/doc/nvc"
-install -d "$root/DEBIAN" "$root/usr/bin" "$root/etc/nvc" "$doc" \
-    "$root/usr/share/containers/oci/hooks.d" "$root/usr/lib/systemd/system"
-
-# Binaries, stripped as dh_strip would. (`docker run --gpus` needs a link named
-# nvidia-container-runtime-hook: `nvc runtime configure --runtime docker --gpus-alias`
-# makes it, and `--revert` takes it away, so the package does not ship it.)
-for b in nvc nvc-runtime nvc-hook nvc-cuda-version; do
-    install -m 0755 "$bin_dir/$b" "$root/usr/bin/$b"
-    strip --strip-unneeded "$root/usr/bin/$b"
-done
-if [ -f "$repo/packaging/nv-docker" ]; then
-    install -m 0755 "$repo/packaging/nv-docker" "$root/usr/bin/nv-docker"
-fi
-
-install -m 0644 "$repo/config/config.toml" "$root/etc/nvc/config.toml"
-
-# Podman (and CRI-O) run every hook in hooks.d; nvc-hook does nothing for a container
-# that asks for no GPU; at poststop (state "stopped") it takes away what it made in the
-# rootfs. timeout: the shipped hook.timeout (30) plus the 2 s the runtime waits before it
-# kills the hook.
-cat >"$root/usr/share/containers/oci/hooks.d/oci-nvc-hook.json" <<'EOF'
-{
-  "version": "1.0.0",
-  "hook": {
-    "path": "/usr/bin/nvc-hook",
-    "args": ["nvc-hook", "prestart"],
-    "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-    "timeout": 32
-  },
-  "when": { "always": true },
-  "stages": ["prestart", "poststop"]
-}
-EOF
-
-# The CDI refresh: /var/run/cdi/nvidia.yaml rewritten at boot and when the driver
-# changes (postinst enables the units).
-for unit in nvc-cdi-refresh.service nvc-cdi-refresh.path; do
-    install -m 0644 "$repo/packaging/systemd/$unit" "$root/usr/lib/systemd/system/$unit"
-done
-
-# Documentation: the README and every command's --help, man-page style.
-install -m 0644 "$repo/README.md" "$doc/README.md"
-cat >"$doc/copyright" <<'EOF'
-Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
-Upstream-Name: nvc
-
-Files: *
-License: Apache-2.0
- On Debian systems the full text of the Apache License 2.0 is in
- /usr/share/common-licenses/Apache-2.0.
-EOF
-# `nvc --help`, then each subcommand's, depth first (clap lists them under "Commands:").
-help_tree() {
-    local -a path=("$@")
-    printf '%s\n\n' "==> nvc ${path[*]}${path:+ }--help"
-    local text
-    text="$("$bin_dir/nvc" "${path[@]}" --help)"
-    printf '%s\n\n' "$text"
-    local sub
-    for sub in $(printf '%s\n' "$text" | awk '/^Commands:/ {c=1; next} /^$/ {c=0} c {print $1}'); do
-        [ "$sub" = help ] || help_tree "${path[@]}" "$sub"
-    done
-}
-{
-    echo "NVC(1)"
-    echo
-    echo "NAME"
-    echo "    nvc, nvc-runtime, nvc-hook - GPUs for OCI containers (version $version)"
-    echo
-    echo "SEE ALSO"
-    echo "    /usr/share/doc/nvc/README.md, /etc/nvc/config.toml"
-    echo
-    help_tree
-} >"$doc/nvc.txt"
-chmod 0644 "$doc/nvc.txt"
+nvc_stage "$root" "$bin_dir" "$elf_arch" "$help_from"
 
 # Maintainer scripts: the CDI refresh's units enabled and started; on removal, nvc taken
 # out of the engines' configs again and the units stopped.
+install -d "$root/DEBIAN"
 for script in postinst prerm postrm; do
     install -m 0755 "$repo/packaging/deb/$script" "$root/DEBIAN/$script"
 done
 echo "/etc/nvc/config.toml" >"$root/DEBIAN/conffiles"
 
-# The newest glibc symbol version the binaries use, as dpkg-shlibdeps would find it.
-glibc="$(for b in nvc nvc-runtime nvc-hook nvc-cuda-version; do readelf -W --dyn-syms "$root/usr/bin/$b"; done |
-    grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -t. -k1,1n -k2,2n -k3,3n | tail -n1)"
+glibc="$(nvc_glibc "$root")"
 depends="libc6 (>= ${glibc:-2.17}), libgcc-s1"
 
 (cd "$root" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z |
@@ -145,7 +80,7 @@ installed_size="$(du -sk --exclude=DEBIAN "$root" | cut -f1)"
 cat >"$root/DEBIAN/control" <<EOF
 Package: nvc
 Version: $version
-Architecture: amd64
+Architecture: $arch
 Maintainer: nvc developers <nvc@localhost>
 Installed-Size: $installed_size
 Depends: $depends
@@ -162,6 +97,6 @@ Description: GPUs for OCI containers
  /var/run/cdi for CDI-aware engines.
 EOF
 
-deb="$out_dir/nvc_${version}_amd64.deb"
-dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+deb="$out_dir/nvc_${version}_${arch}.deb"
+dpkg-deb --root-owner-group -Zxz "-z$xz_level" --build "$root" "$deb" >/dev/null
 echo "$deb"
