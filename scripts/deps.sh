@@ -41,6 +41,13 @@ have unshare || need+=(util-linux)
 have podman || need+=(podman)
 # The .deb test checks the CDI refresh's units with systemd-analyze verify.
 have systemd-analyze || need+=(systemd)
+# The RPM beside the .deb (tests/tests/engines/rpm.rs): rpmbuild, rpm and rpm2archive
+# (rpm), rpmlint, and an aarch64 C compiler, binutils and libc (the arm64 packages'
+# stand-in programs).
+have rpmbuild || need+=(rpm)
+have rpmlint || need+=(rpmlint)
+have aarch64-linux-gnu-gcc || need+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu)
+[ -f /usr/aarch64-linux-gnu/include/stdio.h ] || need+=(libc6-dev-arm64-cross)
 # Newer Debian's engines (tests/tests/engines/): a Debian 13 root made by debootstrap,
 # never installed over Debian 12's libc.
 have debootstrap || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
