@@ -11,18 +11,12 @@ use nvc_tests::{
 
 use super::{assert_gpus, host_configs, run, World, IMAGE, PROBE};
 
-/// A scratch root for dpkg: the test rootfs (busybox for the maintainer scripts, glibc and
-/// libgcc_s for nvc) with an empty dpkg database. Maintainer scripts run chrooted into it.
-fn dpkg_root(dir: &Path) -> TestRootfs {
+/// A scratch root for a package manager: the test rootfs (busybox for the maintainer
+/// scripts and scriptlets, glibc and libgcc_s for nvc), which they run chrooted into.
+pub(super) fn scratch_root(dir: &Path) -> TestRootfs {
     let rootfs = RootfsSpec::default().build(dir).unwrap();
-    for sub in ["info", "updates", "triggers"] {
-        std::fs::create_dir_all(dir.join("var/lib/dpkg").join(sub)).unwrap();
-    }
-    for file in ["status", "available"] {
-        std::fs::write(dir.join("var/lib/dpkg").join(file), "").unwrap();
-    }
-    // The maintainer scripts use cmp and rmdir (Essential on Debian; busybox here) and
-    // /dev/null.
+    // The maintainer scripts use cmp and rmdir (Essential on Debian, in coreutils and
+    // diffutils on RPM systems; busybox here) and /dev/null.
     for applet in ["cmp", "rmdir"] {
         std::os::unix::fs::symlink("busybox", dir.join("usr/bin").join(applet)).unwrap();
     }
@@ -45,11 +39,23 @@ fn dpkg_root(dir: &Path) -> TestRootfs {
     rootfs
 }
 
+/// A scratch root for dpkg: [`scratch_root`] with an empty dpkg database.
+fn dpkg_root(dir: &Path) -> TestRootfs {
+    let rootfs = scratch_root(dir);
+    for sub in ["info", "updates", "triggers"] {
+        std::fs::create_dir_all(dir.join("var/lib/dpkg").join(sub)).unwrap();
+    }
+    for file in ["status", "available"] {
+        std::fs::write(dir.join("var/lib/dpkg").join(file), "").unwrap();
+    }
+    rootfs
+}
+
 /// The user's own Docker and containerd configs, which a purge must give back byte for
 /// byte when nothing but nvc changed them.
-const USERS_DAEMON_JSON: &str =
+pub(super) const USERS_DAEMON_JSON: &str =
     "{\n  \"log-level\": \"warn\",\n  \"runtimes\": {\"other\": {\"path\": \"/usr/bin/other\"}}\n}\n";
-const USERS_CONTAINERD_TOML: &str =
+pub(super) const USERS_CONTAINERD_TOML: &str =
     "# the user's containerd config\nversion = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"pause:3.9\"\n";
 
 /// `tree_digest` of `root` without dpkg's database.
@@ -62,9 +68,9 @@ fn digest_without_dpkg_db(root: &Path) -> String {
 }
 
 /// The .deb `packaging/build-deb.sh` makes of this build's binaries, built once for the
-/// tests of this file (each build compresses some megabytes with xz: seconds of CPU), in
+/// tests of this file and rpm.rs (xz's fastest level: the debug build is large), in
 /// the build's scratch folder, `target/tmp/nvc-deb`, which the next run makes anew.
-fn built_deb() -> PathBuf {
+pub(super) fn built_deb() -> PathBuf {
     static DEB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DEB.get_or_init(|| {
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nvc-deb");
@@ -76,7 +82,7 @@ fn built_deb() -> PathBuf {
             .arg(repo.join("packaging/build-deb.sh"))
             .arg("--bin-dir")
             .arg(&bin_dir)
-            .arg("--out")
+            .args(["--xz-level", "0", "--out"])
             .arg(&out));
         built.assert_success();
         let deb = PathBuf::from(built.stdout.lines().last().unwrap());
@@ -325,10 +331,10 @@ fn deb_binaries_run_gpu_containers_with_dockerd() {
 
 /// Records every call of a systemd tool in the scratch root's `/systemd-calls`, one line
 /// each, and succeeds: the maintainer scripts' calls, where systemd cannot run.
-const RECORDING_TOOL: &str = "#!/bin/sh\necho \"${0##*/} $*\" >>/systemd-calls\n";
+pub(super) const RECORDING_TOOL: &str = "#!/bin/sh\necho \"${0##*/} $*\" >>/systemd-calls\n";
 
 /// The `KEY=` line of a unit file, without the key.
-fn unit_value<'a>(unit: &'a str, key: &str) -> Vec<&'a str> {
+pub(super) fn unit_value<'a>(unit: &'a str, key: &str) -> Vec<&'a str> {
     unit.lines()
         .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
         .collect()

@@ -5,7 +5,9 @@
 //! hooks.d folder ([`podman`]; with crun, [`crun`]; rootless, [`rootless`]), against fake
 //! driver trees, asserted from inside the container; Debian 12's engines and Debian 13's
 //! and 14's from debootstrap roots (`nvc_tests::EngineRoot`); the .deb from
-//! `packaging/build-deb.sh`, installed and purged in a scratch root ([`deb`]); and
+//! `packaging/build-deb.sh`, installed and purged in a scratch root ([`deb`]); the RPM
+//! from `packaging/build-rpm.sh`, held against the .deb, installed, upgraded and erased
+//! in one, and both packages for arm64 ([`rpm`]); and
 //! `nvc runtime configure` on copies of realistic engine configs ([`configure`]).
 //!
 //! Needs root and the engines (`scripts/deps.sh` installs docker.io, containerd, podman,
@@ -39,6 +41,7 @@ mod deb;
 mod docker;
 mod podman;
 mod rootless;
+mod rpm;
 mod wsl;
 
 /// Prints each `/dev/nvidia*` node as `node PATH MAJ:MIN` (hex), then tries to open GPU
