@@ -18,6 +18,9 @@ use super::deb::{
 };
 use super::run;
 
+/// The workspace's version, which the packages carry.
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// Fails the test, saying what to install, when `tool` is not on PATH.
 fn require_tool(tool: &str, package: &str) {
     let found = Command::new("sh")
@@ -79,6 +82,13 @@ fn query(package: &Path, format: &str) -> String {
         .arg(package));
     out.assert_success();
     out.stdout
+}
+
+/// The field `name` of a .deb's control file.
+fn deb_field(deb: &Path, name: &str) -> String {
+    let out = run(Command::new("dpkg-deb").arg("-f").arg(deb).arg(name));
+    out.assert_success();
+    out.stdout.trim().to_string()
 }
 
 /// The files of `package` (a .deb or an RPM) unpacked into `dir`, without running anything.
@@ -143,17 +153,15 @@ fn rpm_holds_the_debs_files_config_dependencies_and_scripts() {
     ] {
         assert!(files.contains(file), "no {file} in\n{files}");
     }
-    assert_eq!(query(&rpm, "%{NAME} %{VERSION} %{ARCH}"), {
-        let field = |f: &str| {
-            let out = run(Command::new("dpkg-deb").args(["-f"]).arg(&deb).arg(f));
-            out.stdout.trim().to_string()
-        };
-        let arch = match field("Architecture").as_str() {
-            "amd64" => "x86_64".to_string(),
-            other => other.to_string(),
-        };
+    let field = |f: &str| deb_field(&deb, f);
+    let arch = match field("Architecture").as_str() {
+        "amd64" => "x86_64".to_string(),
+        other => other.to_string(),
+    };
+    assert_eq!(
+        query(&rpm, "%{NAME} %{VERSION} %{ARCH}"),
         format!("{} {} {arch}", field("Package"), field("Version"))
-    });
+    );
 
     // The .deb's conffiles are the RPM's %config(noreplace) files; the folders the RPM
     // owns are nvc's own and hooks.d's (containers-common owns those too, where it is).
@@ -198,12 +206,6 @@ fn rpm_holds_the_debs_files_config_dependencies_and_scripts() {
 
     // Dependencies: the .deb's libc6 (>= the newest glibc symbol version) and libgcc-s1,
     // as rpmbuild's ELF dependency generator writes them; Recommends and Suggests.
-    let field = |f: &str| {
-        run(Command::new("dpkg-deb").arg("-f").arg(&deb).arg(f))
-            .stdout
-            .trim()
-            .to_string()
-    };
     let depends = field("Depends");
     let glibc = depends
         .split(", ")
@@ -408,7 +410,10 @@ fn rpm_installs_upgrades_and_erases_back_to_the_users_config() {
     let upgraded = rpm(&["-U", "--nodeps", &rpm2.to_string_lossy()]);
     upgraded.assert_success();
     assert_eq!(calls(), reload_and_start, "{upgraded:?}");
-    assert_eq!(rpm(&["-q", "nvc"]).stdout.trim(), "nvc-0.1.0-2.x86_64");
+    assert_eq!(
+        rpm(&["-q", "nvc"]).stdout.trim(),
+        format!("nvc-{VERSION}-2.x86_64")
+    );
     assert_eq!(read("etc/nvc/config.toml"), edited);
     assert!(!root.join("etc/nvc/config.toml.rpmnew").exists());
     assert!(read("etc/docker/daemon.json").contains("/usr/bin/nvc-runtime"));
@@ -486,7 +491,7 @@ fn arm64_packages_hold_arm64_binaries_and_refuse_others() {
     );
     assert_eq!(
         rpm.file_name().unwrap().to_string_lossy(),
-        "nvc-0.1.0-1.aarch64.rpm"
+        format!("nvc-{VERSION}-1.aarch64.rpm")
     );
     assert_eq!(query(&rpm, "%{ARCH}"), "aarch64");
     let deb = run(Command::new("bash")
@@ -499,13 +504,9 @@ fn arm64_packages_hold_arm64_binaries_and_refuse_others() {
     let deb = PathBuf::from(deb.stdout.lines().last().unwrap());
     assert_eq!(
         deb.file_name().unwrap().to_string_lossy(),
-        "nvc_0.1.0_arm64.deb"
+        format!("nvc_{VERSION}_arm64.deb")
     );
-    let arch = run(Command::new("dpkg-deb")
-        .arg("-f")
-        .arg(&deb)
-        .arg("Architecture"));
-    assert_eq!(arch.stdout.trim(), "arm64");
+    assert_eq!(deb_field(&deb, "Architecture"), "arm64");
     for package in [&rpm, &deb] {
         let files = dir.path().join(package.file_name().unwrap());
         unpack(package, &files);
