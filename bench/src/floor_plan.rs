@@ -93,7 +93,8 @@ pub fn write(
     let gpu = plan
         .gpu
         .ok_or_else(|| BenchError::FloorPlan(format!("{env:?} asks for no GPU")))?;
-    let layout = ContainerLayout::of_image(|p| in_image(image, p).is_dir());
+    let arch = gpu.driver.arch().unwrap_or(libnvc::elf::Arch::X86_64);
+    let layout = ContainerLayout::of_image(arch, |p| in_image(image, p).is_dir());
     let edits = gpu.edits.relocated(&ContainerLayout::default(), &layout);
     let mounts: Vec<Value> = edits
         .mounts

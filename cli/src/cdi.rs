@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand, ValueEnum};
 use libnvc::cdi::{self, Format, GenerateOptions, NameStrategy, Spec};
 use libnvc::discover::{self, DriverRoots};
+use libnvc::edits::ContainerLayout;
 use nvc_config::Config;
 use nvc_host::files::{self, WriteOptions};
 
@@ -158,6 +159,8 @@ fn host_spec(strategy: StrategyArg) -> Result<Spec, CdiError> {
     )?;
     let options = GenerateOptions {
         strategy: strategy.into(),
+        // The driver's architecture's folders: /usr/lib/aarch64-linux-gnu on arm64 hosts.
+        layout: ContainerLayout::for_driver(&driver),
         ..GenerateOptions::new(&config.hook.path)
     };
     Ok(cdi::generate(&driver, &options)?)

@@ -226,7 +226,7 @@ pub fn list(args: &ListArgs) -> Result<(), CliError> {
     let layout = if args.lib64 {
         ContainerLayout::lib64()
     } else {
-        ContainerLayout::debian()
+        ContainerLayout::for_driver(&driver)
     };
     let edits = edits::compute(&driver, &request, &layout)?;
     if args.json {

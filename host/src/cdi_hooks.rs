@@ -59,7 +59,7 @@ use std::path::{Path, PathBuf};
 
 use libnvc::cdi::hooks::{self, CdiHook, HookArgsError};
 use libnvc::discover::{proc, read_majors, DiscoverError};
-use libnvc::ldcache::{self, CacheArch, Entry};
+use libnvc::ldcache::{self, Entry};
 use libnvc::oci::spec::{self, SpecError, SpecView};
 use log::info;
 use serde::Deserialize;
@@ -289,7 +289,9 @@ fn folder_entries(root: &ContainerRoot, folder: &Path) -> Result<Vec<Entry>, Cdi
         ))
     })?;
     let dir = dir.trim_end_matches('/');
-    let flags = CacheArch::X86_64.flags();
+    // The libraries the runtime mounted from the spec: the host's driver's, of the host's
+    // architecture, which is this hook's.
+    let flags = crate::ldcache::native_abi().flags();
     let mut entries = Vec::new();
     for names in by_file.values() {
         let fewest = names.iter().map(|(p, _)| *p).filter(|p| *p > 0).min();
@@ -313,6 +315,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use libnvc::ldcache::CacheArch;
 
     fn strings(args: &[&str]) -> Vec<String> {
         args.iter().map(|s| s.to_string()).collect()

@@ -23,7 +23,9 @@ const MAX_NAMES: usize = 4096;
 /// than `host` (the host driver's version; `None`: unknown, so none): entries named by
 /// the soname-like file names there (`libcuda.so.1`, `libnvidia-nvvm.so.4`, ...). The
 /// folder is only listed, inside the root and on its mount; no library is opened.
-pub fn entries(root: &ContainerRoot, host: Option<&Version>) -> Vec<Entry> {
+/// The entries get the cache flags of `abi`, the driver's 64-bit libraries' (the image runs
+/// on the driver's host, so its compat libraries are of that architecture).
+pub fn entries(root: &ContainerRoot, host: Option<&Version>, abi: CacheArch) -> Vec<Entry> {
     let dir = Path::new(COMPAT_DIR);
     let Ok(names) = root.read_dir(dir, MAX_NAMES) else {
         return Vec::new();
@@ -49,7 +51,7 @@ pub fn entries(root: &ContainerRoot, host: Option<&Version>) -> Vec<Entry> {
         .map(|n| Entry {
             name: n.clone(),
             path: dir.join(n).display().to_string(),
-            flags: CacheArch::X86_64.flags(),
+            flags: abi.flags(),
             hwcap: 0,
         })
         .collect();

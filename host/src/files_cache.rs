@@ -372,6 +372,7 @@ mod tests {
             version: "999.88.77".into(),
             libraries: vec![Library {
                 capabilities: vec![Capability::Compute],
+                arch: libnvc::elf::Arch::X86_64,
                 class: LibClass::Lib64,
                 stem: "libcuda".into(),
                 soname: "libcuda.so.1".into(),

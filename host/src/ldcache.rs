@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use libnvc::ldcache::{self, Entry, LdCacheError};
+use libnvc::ldcache::{self, CacheArch, Entry, LdCacheError};
 use libnvc::version::Version;
 use log::{debug, info, warn};
 
@@ -30,6 +30,19 @@ pub enum UpdateError {
     /// The new cache could not be built.
     #[error("cannot build the container's ld.so.cache")]
     Build(#[source] LdCacheError),
+}
+
+/// The cache flags of this build's own architecture's 64-bit libraries (`0x0303` on
+/// x86-64, `0x0a03` on aarch64): what the loader of a container on this host reads, for
+/// libraries nothing else tells the architecture of (the CDI `update-ldcache` hook's,
+/// compat libraries beside no driver library). The driver's libraries carry their own
+/// ([`libnvc::discover::Library::arch`]).
+pub fn native_abi() -> CacheArch {
+    if cfg!(target_arch = "aarch64") {
+        CacheArch::Aarch64
+    } else {
+        CacheArch::X86_64
+    }
 }
 
 /// A written ld.so.cache: what was there before, and what was written.
@@ -59,7 +72,12 @@ pub fn update_noted(
     compat_above: Option<&Version>,
 ) -> Result<Option<CacheChange>, UpdateError> {
     let cache = Path::new(LD_CACHE);
-    let mut entries = crate::compat::entries(root, compat_above);
+    let abi = ours
+        .iter()
+        .filter_map(Entry::arch)
+        .find(|abi| abi.arch64().is_some())
+        .unwrap_or_else(native_abi);
+    let mut entries = crate::compat::entries(root, compat_above, abi);
     entries.extend(ours);
     let mut original = None;
     let mut unknown = false;

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use libnvc::discover::{Driver, LibClass};
+use libnvc::discover::{Driver, LibClass, Library};
 use libnvc::edits::{ContainerEdits, ContainerLayout, MountKind};
 use libnvc::ldcache::{CacheArch, Entry};
 use log::{debug, info, warn};
@@ -232,7 +232,8 @@ fn set_up_in(
         root.journal_to(journal.clone());
     }
     let root = &*opened.insert(root);
-    let layout = ContainerLayout::of_image(|p| root.is_dir(p));
+    let arch = driver.arch().unwrap_or(libnvc::elf::Arch::X86_64);
+    let layout = ContainerLayout::of_image(arch, |p| root.is_dir(p));
     // The plan placed the libraries in the default folders; the image's own are known
     // only here.
     let edits = planned.relocated(&ContainerLayout::default(), &layout);
@@ -546,10 +547,11 @@ fn link_sources(edits: &ContainerEdits) -> Vec<(PathBuf, PathBuf)> {
     out
 }
 
-/// Cache flags for a library class.
-fn arch_of(class: LibClass) -> CacheArch {
-    match class {
-        LibClass::Lib64 => CacheArch::X86_64,
+/// Cache flags for a driver library: its architecture's 64-bit ABI (`0x0a03` for an
+/// aarch64 driver's), or i386's for the 32-bit build.
+fn abi_of(lib: &Library) -> CacheArch {
+    match lib.class {
+        LibClass::Lib64 => CacheArch::from(lib.arch),
         LibClass::Lib32 => CacheArch::I386,
     }
 }
@@ -568,7 +570,7 @@ pub fn cache_entries(driver: &Driver, edits: &ContainerEdits) -> Vec<Entry> {
         else {
             continue;
         };
-        let flags = arch_of(lib.class).flags();
+        let flags = abi_of(lib).flags();
         let mut names = vec![lib.soname.clone()];
         names.extend(
             edits

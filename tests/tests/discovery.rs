@@ -531,7 +531,8 @@ fn a_broken_install_is_skipped_piece_by_piece_for_the_right_reason() {
     has("DEBUG: skipping libnvidia-cfg.so.1 => /usr/local/nvidia/lib64/libnvidia-cfg.so.1: No such file or directory");
     // 32-bit where the cache says 64-bit.
     has(&format!(
-        "WARN: skipping {}: not a Lib64 shared object",
+        "WARN: skipping {}: a 32-bit i386 object, but the driver root's ld.so.cache lists it \
+         as a Lib64 library of the x86_64 driver",
         lib64.join("libnvidia-fbc.so.999.88.77").display()
     ));
     // Left over from an older driver.

@@ -9,7 +9,7 @@ use log::{debug, warn};
 use super::driver_root::resolve_in_root;
 use super::{tables, DiscoverError, HostFile, LibClass, Library};
 use crate::caps::Capability;
-use crate::elf::{self, ElfClass};
+use crate::elf::{self, Arch, ElfClass};
 use crate::ldcache::{self, Cache, CacheArch};
 use crate::probe::{FileKind, HostProbe};
 
@@ -42,10 +42,11 @@ pub fn version_from_libraries(
     cache: Option<&Cache>,
 ) -> Option<String> {
     let cache = cache?;
+    let arch = cache_arch(cache)?;
     ["libnvidia-ml.so.1", "libcuda.so.1"]
         .iter()
         .find_map(|name| {
-            let entry = cache.lookup(name, CacheArch::X86_64)?;
+            let entry = cache.lookup(name, arch.into())?;
             let real = resolve_in_root(probe, root, Path::new(&entry.path)).ok()?;
             let file = real.file_name()?.to_str()?;
             let suffix = file.split_once(".so.")?.1;
@@ -63,8 +64,48 @@ fn library_capabilities(stem: &str) -> Vec<Capability> {
         .collect()
 }
 
+/// The architecture the driver root's ld.so.cache lists the driver's libraries for: the
+/// 64-bit ABI of its entries for `libcuda.so.1`, else `libnvidia-ml.so.1`, else of its
+/// first driver library. The host's `ldconfig` records every 64-bit library it lists
+/// with its own ABI (`0x0303` on x86-64, `0x0a03` on AArch64, whatever the file's
+/// machine), so this is the architecture of the host the root belongs to; each library's
+/// ELF header is then checked against it.
+fn cache_arch(cache: &Cache) -> Option<Arch> {
+    let arch64 = |e: &ldcache::Entry| e.arch().and_then(CacheArch::arch64);
+    let named = |name: &str| {
+        cache
+            .entries
+            .iter()
+            .filter(|e| e.name == name)
+            .find_map(arch64)
+    };
+    named("libcuda.so.1")
+        .or_else(|| named("libnvidia-ml.so.1"))
+        .or_else(|| {
+            cache
+                .entries
+                .iter()
+                .filter(|e| {
+                    e.name
+                        .split_once(".so")
+                        .is_some_and(|(stem, _)| !library_capabilities(stem).is_empty())
+                })
+                .find_map(arch64)
+        })
+}
+
+/// The architecture of the driver whose libraries discovery found: that of its 64-bit
+/// libraries (all of one, by [`libraries`]).
+pub(super) fn arch_of(libraries: &[Library]) -> Option<Arch> {
+    libraries
+        .iter()
+        .find(|l| l.class == LibClass::Lib64)
+        .map(|l| l.arch)
+}
+
 /// Every driver library in the cache whose real file carries the driver version and is
-/// an ELF shared object of the right class.
+/// an ELF shared object of the driver's architecture ([`cache_arch`]) and the entry's
+/// class; one of another architecture is skipped, saying so.
 pub fn libraries(
     probe: &dyn HostProbe,
     root: &Path,
@@ -74,13 +115,29 @@ pub fn libraries(
     let Some(cache) = cache else {
         return Vec::new();
     };
+    let Some(arch) = cache_arch(cache) else {
+        return Vec::new();
+    };
     let suffix = format!(".so.{version}");
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     for entry in &cache.entries {
-        let class = match entry.arch() {
-            Some(CacheArch::X86_64) => LibClass::Lib64,
-            Some(CacheArch::I386) => LibClass::Lib32,
+        let (class, want_class, want_machine) = match entry.arch() {
+            Some(abi) if abi.arch64() == Some(arch) => {
+                (LibClass::Lib64, ElfClass::Elf64, arch.machine())
+            }
+            Some(abi) if abi.arch64().is_some() => {
+                warn!(
+                    "skipping {} => {}: listed for {abi:?}, but the driver root's libraries \
+                     are {arch}",
+                    entry.name, entry.path
+                );
+                continue;
+            }
+            Some(CacheArch::I386) => match arch.lib32_machine() {
+                Some(machine) => (LibClass::Lib32, ElfClass::Elf32, machine),
+                None => continue,
+            },
             _ => continue,
         };
         let Some((stem, _)) = entry.name.split_once(".so") else {
@@ -121,12 +178,18 @@ pub fn libraries(
                 continue;
             }
         };
-        let (want_class, want_machine) = match class {
-            LibClass::Lib64 => (ElfClass::Elf64, elf::EM_X86_64),
-            LibClass::Lib32 => (ElfClass::Elf32, elf::EM_386),
-        };
-        if info.class != want_class || info.machine != want_machine || info.elf_type != elf::ET_DYN
-        {
+        if info.class != want_class || info.machine != want_machine {
+            // An x86-64 library in an aarch64 root (its ldconfig lists it as aarch64), or
+            // a 32-bit one where a 64-bit one belongs.
+            warn!(
+                "skipping {}: {}, but the driver root's ld.so.cache lists it as a {class:?} \
+                 library of the {arch} driver",
+                host_path.display(),
+                elf::describe(&info)
+            );
+            continue;
+        }
+        if info.elf_type != elf::ET_DYN {
             warn!(
                 "skipping {}: not a {class:?} shared object",
                 host_path.display()
@@ -135,6 +198,7 @@ pub fn libraries(
         }
         out.push(Library {
             capabilities,
+            arch,
             class,
             stem: stem.to_string(),
             soname: info.soname.unwrap_or_else(|| entry.name.clone()),
@@ -162,8 +226,15 @@ fn read_elf(probe: &dyn HostProbe, path: &Path) -> Result<elf::ElfInfo, elf::Elf
     elf::read_elf_info_file(file, path)
 }
 
-/// The driver's binaries, first found along [`tables::BINARY_DIRS`].
-pub fn binaries(probe: &dyn HostProbe, root: &Path) -> Vec<HostFile> {
+/// The driver's binaries, first found along [`tables::BINARY_DIRS`]: ELF programs of the
+/// driver's architecture `arch` (of any architecture nvc knows, when the driver has no
+/// library to tell).
+pub fn binaries(probe: &dyn HostProbe, root: &Path, arch: Option<Arch>) -> Vec<HostFile> {
+    let wanted = |info: &elf::ElfInfo| match (arch, Arch::of(info)) {
+        (Some(want), Some(got)) => want == got,
+        (None, got) => got.is_some(),
+        (Some(_), None) => false,
+    };
     let mut out = Vec::new();
     for (cap, names) in tables::BINARIES {
         for name in *names {
@@ -174,7 +245,7 @@ pub fn binaries(probe: &dyn HostProbe, root: &Path) -> Vec<HostFile> {
                 let mode = probe.stat(&host).ok()?.mode;
                 let info = read_elf(probe, &host).ok()?;
                 let program = info.elf_type == elf::ET_EXEC || info.elf_type == elf::ET_DYN;
-                (mode & 0o111 != 0 && program && info.machine == elf::EM_X86_64).then_some(host)
+                (mode & 0o111 != 0 && program && wanted(&info)).then_some(host)
             });
             if let Some(host_path) = found {
                 out.push(HostFile {

@@ -80,6 +80,7 @@ mod tests {
     fn host_files_lists_every_file_kind_in_one_order() {
         let library = |path: &str, class| Library {
             capabilities: vec![Capability::Compute],
+            arch: crate::elf::Arch::X86_64,
             class,
             stem: "libcuda".into(),
             soname: "libcuda.so.1".into(),

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::caps::Capability;
+use crate::elf::Arch;
 use crate::version::Version;
 
 pub use files_cache::{DriverFiles, FilesCache};
@@ -150,6 +151,9 @@ pub enum LibClass {
 pub struct Library {
     /// The capabilities it belongs to.
     pub capabilities: Vec<Capability>,
+    /// The architecture of the driver it is a build of, as its ELF header says
+    /// (`Lib32`: that architecture's 32-bit build, i386 for x86-64).
+    pub arch: Arch,
     /// 64- or 32-bit.
     pub class: LibClass,
     /// `libcuda`.
@@ -457,10 +461,12 @@ pub fn discover_with(
     let driver_files = match cached {
         Some(found) => found,
         None if full => {
+            let libraries = files::libraries(probe, &roots.root, cache.as_ref(), &version);
+            let arch = files::arch_of(&libraries);
             let found = DriverFiles {
                 version: version.clone(),
-                libraries: files::libraries(probe, &roots.root, cache.as_ref(), &version),
-                binaries: files::binaries(probe, &roots.root),
+                libraries,
+                binaries: files::binaries(probe, &roots.root, arch),
                 firmware: files::firmware(probe, &roots.root, &version),
                 files: files::config_files(probe, &roots.root, &version),
                 cuda_version: None,
@@ -521,6 +527,12 @@ impl Driver {
         probe.gpu_details(&lib.host_path, &uuids)
     }
 
+    /// The architecture the driver is built for, as its 64-bit libraries' ELF headers
+    /// say; `None` when it has none (or only the GPUs were read).
+    pub fn arch(&self) -> Option<Arch> {
+        files::arch_of(&self.libraries)
+    }
+
     /// The 64-bit library with this stem (`libcuda`), if the driver has it.
     pub fn library(&self, stem: &str) -> Option<&Library> {
         self.libraries
@@ -543,9 +555,10 @@ impl Driver {
             .library("libcuda")
             .map(|l| l.host_path.clone())
             .unwrap_or_else(|| {
+                let arch = self.arch().unwrap_or(Arch::X86_64);
                 self.roots
                     .root
-                    .join("usr/lib/x86_64-linux-gnu/libcuda.so.1")
+                    .join(format!("usr/lib/{}/libcuda.so.1", arch.multiarch()))
             });
         probe.cuda_driver_version(&lib)
     }

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::discover::{DeviceNode, Driver};
+use crate::elf::Arch;
 use crate::request::Request;
 
 pub use build::build;
@@ -30,33 +31,51 @@ pub use select::{select, Selected};
 /// Where driver files go in the container that the image decides: its library folders.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContainerLayout {
-    /// The 64-bit library folder: `/usr/lib/x86_64-linux-gnu` in Debian-like images,
-    /// `/usr/lib64` in others.
+    /// The 64-bit library folder: `/usr/lib/x86_64-linux-gnu` (`/usr/lib/aarch64-linux-gnu`
+    /// for an aarch64 driver) in Debian-like images, `/usr/lib64` in others.
     pub lib64: PathBuf,
     /// The 32-bit library folder: `/usr/lib/i386-linux-gnu` or `/usr/lib`.
     pub lib32: PathBuf,
 }
 
 impl Default for ContainerLayout {
+    /// The folders a plan places the libraries in before the image is known: Debian's
+    /// x86-64 ones. The hook moves them to the image's own ([`ContainerLayout::of_image`],
+    /// [`ContainerEdits::relocated`]), for whatever architecture the driver is.
     fn default() -> Self {
         ContainerLayout::debian()
     }
 }
 
 impl ContainerLayout {
-    /// Debian's multiarch folders.
+    /// Debian's x86-64 multiarch folders: `/usr/lib/x86_64-linux-gnu` and
+    /// `/usr/lib/i386-linux-gnu`.
     pub fn debian() -> Self {
+        ContainerLayout::multiarch(Arch::X86_64)
+    }
+
+    /// Debian's multiarch folders for a driver of `arch`: those of [`debian`](Self::debian)
+    /// for x86-64, `/usr/lib/aarch64-linux-gnu` (and `/usr/lib/arm-linux-gnueabihf`, where
+    /// no NVIDIA library goes: the aarch64 driver has no 32-bit build) for aarch64.
+    pub fn multiarch(arch: Arch) -> Self {
         ContainerLayout {
-            lib64: PathBuf::from("/usr/lib/x86_64-linux-gnu"),
-            lib32: PathBuf::from("/usr/lib/i386-linux-gnu"),
+            lib64: Path::new("/usr/lib").join(arch.multiarch()),
+            lib32: Path::new("/usr/lib").join(arch.multiarch32().unwrap_or("arm-linux-gnueabihf")),
         }
     }
 
-    /// The folders of an image whose folders `is_dir` says exist: Debian's multiarch
-    /// folders when it has them, else `/usr/lib64` when it has that, else the multiarch
-    /// folders (created).
-    pub fn of_image(is_dir: impl Fn(&Path) -> bool) -> Self {
-        let debian = ContainerLayout::debian();
+    /// Debian's multiarch folders for `driver`'s architecture ([`Driver::arch`]); x86-64's
+    /// for a driver with no 64-bit library, which puts no library in any folder.
+    pub fn for_driver(driver: &Driver) -> Self {
+        ContainerLayout::multiarch(driver.arch().unwrap_or(Arch::X86_64))
+    }
+
+    /// The folders of an image whose folders `is_dir` says exist, for a driver of `arch`
+    /// (the image is of the host's architecture, which is the driver's): Debian's
+    /// multiarch folders when it has them, else `/usr/lib64` when it has that, else the
+    /// multiarch folders (created).
+    pub fn of_image(arch: Arch, is_dir: impl Fn(&Path) -> bool) -> Self {
+        let debian = ContainerLayout::multiarch(arch);
         let rh = ContainerLayout::lib64();
         if !is_dir(&debian.lib64) && is_dir(&rh.lib64) {
             rh
@@ -65,7 +84,7 @@ impl ContainerLayout {
         }
     }
 
-    /// The folders of Red Hat-like images.
+    /// The folders of Red Hat-like images (on x86-64 and aarch64 alike).
     pub fn lib64() -> Self {
         ContainerLayout {
             lib64: PathBuf::from("/usr/lib64"),

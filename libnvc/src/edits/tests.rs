@@ -5,6 +5,7 @@
 use super::*;
 use crate::caps::Capability;
 use crate::discover::{DriverRoots, LibClass, Library};
+use crate::elf::Arch;
 use crate::request::RequestPolicy;
 
 fn library(stem: &str, class: LibClass, cap: Capability) -> Library {
@@ -14,6 +15,7 @@ fn library(stem: &str, class: LibClass, cap: Capability) -> Library {
     };
     Library {
         capabilities: vec![cap],
+        arch: crate::elf::Arch::X86_64,
         class,
         stem: stem.to_string(),
         soname: format!("{stem}.so.1"),
@@ -98,16 +100,75 @@ fn one_mount_policy_for_spec_options_and_mount_attributes() {
 fn the_image_layout_follows_its_folders() {
     let has =
         |dirs: &'static [&'static str]| move |p: &Path| dirs.iter().any(|d| Path::new(d) == p);
+    let x86_64 = Arch::X86_64;
     assert_eq!(
-        ContainerLayout::of_image(has(&[])),
+        ContainerLayout::of_image(x86_64, has(&[])),
         ContainerLayout::debian()
     );
     assert_eq!(
-        ContainerLayout::of_image(has(&["/usr/lib64"])),
+        ContainerLayout::of_image(x86_64, has(&["/usr/lib64"])),
         ContainerLayout::lib64()
     );
     assert_eq!(
-        ContainerLayout::of_image(has(&["/usr/lib64", "/usr/lib/x86_64-linux-gnu"])),
+        ContainerLayout::of_image(x86_64, has(&["/usr/lib64", "/usr/lib/x86_64-linux-gnu"])),
         ContainerLayout::debian()
     );
+}
+
+#[test]
+fn an_aarch64_driver_s_libraries_go_to_the_aarch64_folders() {
+    let has =
+        |dirs: &'static [&'static str]| move |p: &Path| dirs.iter().any(|d| Path::new(d) == p);
+    let arm = ContainerLayout::multiarch(Arch::Aarch64);
+    assert_eq!(arm.lib64, Path::new("/usr/lib/aarch64-linux-gnu"));
+    assert_eq!(ContainerLayout::of_image(Arch::Aarch64, has(&[])), arm);
+    // An arm64 Debian image has no x86-64 folder: its own is used, not /usr/lib64.
+    assert_eq!(
+        ContainerLayout::of_image(
+            Arch::Aarch64,
+            has(&["/usr/lib64", "/usr/lib/aarch64-linux-gnu"])
+        ),
+        arm
+    );
+    assert_eq!(
+        ContainerLayout::of_image(Arch::Aarch64, has(&["/usr/lib64"])),
+        ContainerLayout::lib64()
+    );
+
+    // The layout follows the driver's libraries, whatever nvc was built for.
+    let mut d = driver();
+    for lib in &mut d.libraries {
+        lib.arch = Arch::Aarch64;
+    }
+    d.libraries.retain(|l| l.class == LibClass::Lib64);
+    assert_eq!(d.arch(), Some(Arch::Aarch64));
+    assert_eq!(ContainerLayout::for_driver(&d), arm);
+    let request = Request::from_env(
+        [
+            "NVIDIA_VISIBLE_DEVICES=all",
+            "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+        ],
+        &RequestPolicy::default(),
+    )
+    .unwrap();
+    let edits = compute(&d, &request, &ContainerLayout::for_driver(&d)).unwrap();
+    let libs: Vec<_> = edits
+        .mounts
+        .iter()
+        .filter(|m| m.kind == MountKind::Library)
+        .map(|m| m.container_path.clone())
+        .collect();
+    assert!(!libs.is_empty());
+    assert!(
+        libs.iter()
+            .all(|p| p.parent() == Some(Path::new("/usr/lib/aarch64-linux-gnu"))),
+        "{libs:?}"
+    );
+    assert_eq!(
+        edits.ldcache_dirs,
+        vec![PathBuf::from("/usr/lib/aarch64-linux-gnu")]
+    );
+    // Planned in the default folders, moved by the hook: the same edits.
+    let planned = compute(&d, &request, &ContainerLayout::default()).unwrap();
+    assert_eq!(planned.relocated(&ContainerLayout::default(), &arm), edits);
 }

@@ -12,6 +12,10 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+mod arch;
+
+pub use arch::{describe, Arch};
+
 /// `e_machine` of x86-64 objects.
 pub const EM_X86_64: u16 = 62;
 /// `e_machine` of i386 objects.

@@ -30,7 +30,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::elf::{self, ElfClass};
+use crate::elf::{self, Arch, ElfClass};
 
 mod parse;
 #[cfg(test)]
@@ -279,6 +279,16 @@ impl CacheArch {
         }
     }
 
+    /// The architecture whose native 64-bit ABI this is, as the `ldconfig` built for it
+    /// records every 64-bit library it lists; `None` for the 32-bit ABIs.
+    pub fn arch64(self) -> Option<Arch> {
+        match self {
+            CacheArch::X86_64 => Some(Arch::X86_64),
+            CacheArch::Aarch64 => Some(Arch::Aarch64),
+            CacheArch::I386 | CacheArch::X32 | CacheArch::Other(_) => None,
+        }
+    }
+
     /// The cache flags of this ABI.
     pub fn flags(self) -> i32 {
         match self {
@@ -287,6 +297,17 @@ impl CacheArch {
             CacheArch::X32 => FLAG_ELF_LIBC6 | FLAG_X8664_LIBX32,
             CacheArch::Aarch64 => FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64,
             CacheArch::Other(flags) => flags,
+        }
+    }
+}
+
+impl From<Arch> for CacheArch {
+    /// The ABI of an architecture's 64-bit libraries: what its `ldconfig` writes for them
+    /// (`0x0303` on x86-64, `0x0a03` on AArch64).
+    fn from(arch: Arch) -> CacheArch {
+        match arch {
+            Arch::X86_64 => CacheArch::X86_64,
+            Arch::Aarch64 => CacheArch::Aarch64,
         }
     }
 }

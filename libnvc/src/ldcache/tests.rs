@@ -596,6 +596,23 @@ fn arch_from_flags() {
     assert_eq!(CacheArch::from_elf(ElfClass::Elf64, 243), None);
 }
 
+#[test]
+fn each_arch_has_the_flags_its_ldconfig_writes() {
+    // What `ldconfig -p` prints as `libc6,x86-64` and `libc6,AArch64`.
+    assert_eq!(CacheArch::from(elf::Arch::X86_64).flags(), 0x0303);
+    assert_eq!(CacheArch::from(elf::Arch::Aarch64).flags(), 0x0a03);
+    for arch in elf::Arch::ALL {
+        assert_eq!(CacheArch::from(arch).arch64(), Some(arch));
+        assert_eq!(
+            CacheArch::from_elf(ElfClass::Elf64, arch.machine()),
+            Some(CacheArch::from(arch))
+        );
+    }
+    for abi in [CacheArch::I386, CacheArch::X32, CacheArch::Other(0x0903)] {
+        assert_eq!(abi.arch64(), None, "{abi:?}");
+    }
+}
+
 /// A new-format cache whose entries all name the same strings.
 fn handmade(nlibs: u32, entries: &[(i32, u32, u32)], strings: &[u8]) -> Vec<u8> {
     let mut out = NEW_MAGIC.to_vec();

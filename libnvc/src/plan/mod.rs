@@ -486,7 +486,7 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
         // The hook learns the image's folders inside the container (nvc-host relocates
         // the edits there); the spec gets no library.
         Stage::Runtime | Stage::Hook | Stage::Attach => ContainerLayout::default(),
-        Stage::Check => image_layout(probe, &view.rootfs),
+        Stage::Check => image_layout(probe, &view.rootfs, &driver),
     };
     // The GPUs are selected once, for the edits and the requirements alike.
     let named_by = match stage {
@@ -581,8 +581,9 @@ fn is_executable(probe: &dyn HostProbe, path: &Path) -> bool {
 
 /// The library folders of the image ([`ContainerLayout::of_image`]), its folders
 /// resolved inside the rootfs, links and all.
-pub fn image_layout(probe: &dyn HostProbe, rootfs: &Path) -> ContainerLayout {
-    ContainerLayout::of_image(|p| {
+pub fn image_layout(probe: &dyn HostProbe, rootfs: &Path, driver: &Driver) -> ContainerLayout {
+    let arch = driver.arch().unwrap_or(crate::elf::Arch::X86_64);
+    ContainerLayout::of_image(arch, |p| {
         resolve_in_root(probe, rootfs, p)
             .ok()
             .and_then(|h| probe.stat(&h).ok())
