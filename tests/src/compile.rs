@@ -23,6 +23,26 @@ const NO_AS_NEEDED: &str = "-Wl,--no-as-needed";
 pub(crate) enum Arch {
     X86_64,
     I386,
+    /// Built with Debian's cross compiler, `aarch64-linux-gnu-gcc`.
+    Aarch64,
+}
+
+impl Arch {
+    /// The build for a driver of `arch`'s 64-bit libraries and programs.
+    pub(crate) fn of(arch: libnvc::elf::Arch) -> Arch {
+        match arch {
+            libnvc::elf::Arch::X86_64 => Arch::X86_64,
+            libnvc::elf::Arch::Aarch64 => Arch::Aarch64,
+        }
+    }
+
+    /// The C compiler that builds for it.
+    fn compiler(self) -> &'static str {
+        match self {
+            Arch::X86_64 | Arch::I386 => "gcc",
+            Arch::Aarch64 => crate::aarch64::GCC,
+        }
+    }
 }
 
 /// The built files of one (version, CUDA version, architecture).
@@ -99,9 +119,10 @@ struct Job {
     child: Child,
 }
 
-fn spawn(dir: &Path, args: Vec<String>) -> Result<Job, FakeError> {
-    let command = format!("gcc {}", args.join(" "));
-    let child = Command::new("gcc")
+fn spawn(dir: &Path, arch: Arch, args: Vec<String>) -> Result<Job, FakeError> {
+    let compiler = arch.compiler();
+    let command = format!("{compiler} {}", args.join(" "));
+    let child = Command::new(compiler)
         .args(&args)
         .current_dir(dir)
         .stdin(Stdio::null())
@@ -110,7 +131,7 @@ fn spawn(dir: &Path, args: Vec<String>) -> Result<Job, FakeError> {
         .spawn()
         .map_err(|source| FakeError::Spawn {
             step: "build the fake driver",
-            program: "gcc".to_string(),
+            program: compiler.to_string(),
             source,
         })?;
     Ok(Job { command, child })
@@ -131,7 +152,7 @@ fn wait_all(jobs: Vec<Job>) -> Result<(), FakeError> {
             }),
             Err(source) => Err(FakeError::Spawn {
                 step: "build the fake driver",
-                program: "gcc".to_string(),
+                program: job.command.split(' ').next().unwrap_or("gcc").to_string(),
                 source,
             }),
         };
@@ -176,12 +197,13 @@ fn build(key: &Key) -> Result<Artifacts, FakeError> {
     let version = key.version.as_str();
     let libraries: Vec<&'static DriverLibrary> = DRIVER_LIBRARIES
         .iter()
-        .filter(|l| key.arch == Arch::X86_64 || l.lib32)
+        .filter(|l| key.arch != Arch::I386 || l.lib32)
         .collect();
 
     // Stage 1: everything that needs the compiler proper, in parallel.
     let mut jobs = vec![spawn(
         dir,
+        key.arch,
         args(&["-fPIC", "-c", "fake_lib.c", "-o", "fake_lib.o"]),
     )?];
     for library in libraries.iter().filter(|l| l.source != Source::Generic) {
@@ -189,6 +211,7 @@ fn build(key: &Key) -> Result<Artifacts, FakeError> {
         let out = library.file_name(version);
         jobs.push(spawn(
             dir,
+            key.arch,
             args(&[
                 "-fPIC",
                 "-shared",
@@ -200,12 +223,17 @@ fn build(key: &Key) -> Result<Artifacts, FakeError> {
             ]),
         )?);
     }
-    if key.arch == Arch::X86_64 {
+    if key.arch != Arch::I386 {
         jobs.push(spawn(
             dir,
+            key.arch,
             args(&["nvidia-smi.c", "-o", "nvidia-smi.bin", "-ldl"]),
         )?);
-        jobs.push(spawn(dir, args(&["fake_tool.c", "-o", "fake_tool.bin"]))?);
+        jobs.push(spawn(
+            dir,
+            key.arch,
+            args(&["fake_tool.c", "-o", "fake_tool.bin"]),
+        )?);
     }
     wait_all(jobs)?;
 
@@ -224,7 +252,7 @@ fn build(key: &Key) -> Result<Artifacts, FakeError> {
             link.insert(0, "-m32".to_string());
         }
         link.extend(["-o".to_string(), out]);
-        jobs.push(spawn(dir, link)?);
+        jobs.push(spawn(dir, key.arch, link)?);
     }
     wait_all(jobs)?;
 
@@ -241,7 +269,7 @@ fn build(key: &Key) -> Result<Artifacts, FakeError> {
             .libraries
             .push((library, read(&library.file_name(version))?));
     }
-    if key.arch == Arch::X86_64 {
+    if key.arch != Arch::I386 {
         for name in DRIVER_BINARIES {
             let file = match binary_source(name) {
                 Source::Smi => "nvidia-smi.bin",

@@ -10,6 +10,7 @@
 // The test kit: a failed step of a test's setup fails the test, loudly, where it is.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod aarch64;
 mod bundle;
 mod catalog;
 pub mod cgroup;
@@ -59,7 +60,7 @@ pub use spec::{FakeDriverSpec, FakeGpu, FAKE_GPU_MODEL, MAX_GPU_MINOR};
 pub use sweep::{
     kill_processes_under, mounts_under, run_with_stdin, unmount_all_under, KillOnDrop, Sweep,
 };
-pub use tree::{FakeDriver, LIB32_DIR, MULTIARCH_LIB_DIR, NVIDIA_PREFIX};
+pub use tree::{multiarch_lib_dir, FakeDriver, LIB32_DIR, MULTIARCH_LIB_DIR, NVIDIA_PREFIX};
 pub use wsl_tree::{DXG_MAJOR, DXG_MINOR, WSL_DRIVER_STORE, WSL_LIB_DIR};
 
 /// Where nvc-hook mounts the driver's file `path` in a container whose `/dev` is the

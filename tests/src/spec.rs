@@ -76,6 +76,11 @@ pub struct FakeDriverSpec {
     /// store folder, no kernel module (`gpus`, `mig`, `lib32`, `imex_channels` and `ipc` are
     /// not used). Default false.
     pub wsl: bool,
+    /// The architecture the driver is built for. Default x86-64; for aarch64 the libraries and
+    /// programs are built with `aarch64-linux-gnu-gcc`, the multiarch folder is
+    /// `/usr/lib/aarch64-linux-gnu` and the ld.so.cache is written by aarch64's `ldconfig`
+    /// under qemu-user ([`crate::aarch64`]; `scripts/cross-aarch64.sh` fetches it).
+    pub arch: libnvc::elf::Arch,
 }
 
 impl Default for FakeDriverSpec {
@@ -91,6 +96,7 @@ impl Default for FakeDriverSpec {
             imex_channels: 0,
             ipc: true,
             wsl: false,
+            arch: libnvc::elf::Arch::X86_64,
         }
     }
 }
@@ -122,6 +128,9 @@ impl FakeDriverSpec {
                 "cuda_version {} must be positive",
                 self.cuda_version
             ));
+        }
+        if self.lib32 && self.arch.lib32_machine().is_none() {
+            return Err(format!("the {} driver has no 32-bit libraries", self.arch));
         }
         let mut minors = std::collections::BTreeSet::new();
         let mut bus_ids = std::collections::BTreeSet::new();

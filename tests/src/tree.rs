@@ -8,13 +8,21 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use crate::catalog::DRIVER_BINARIES;
-use crate::compile::{self, Arch, Artifacts};
+use libnvc::elf::Arch;
+
+use crate::compile::{self, Artifacts};
 use crate::{devices, is_root, proc_tree, FakeDriverSpec, FakeError};
 
 /// Where the driver's own files live, as seen from the root.
 pub const NVIDIA_PREFIX: &str = "/usr/local/nvidia";
-/// The distribution's library directory that links into [`NVIDIA_PREFIX`].
+/// The distribution's library directory that links into [`NVIDIA_PREFIX`] (x86-64's;
+/// [`multiarch_lib_dir`] for any architecture).
 pub const MULTIARCH_LIB_DIR: &str = "/usr/lib/x86_64-linux-gnu";
+
+/// The distribution's library directory for a driver of `arch`: `/usr/lib/<multiarch>`.
+pub fn multiarch_lib_dir(arch: Arch) -> String {
+    format!("/usr/lib/{}", arch.multiarch())
+}
 /// Where the 32-bit libraries go when built.
 pub const LIB32_DIR: &str = "/usr/lib/i386-linux-gnu";
 
@@ -114,9 +122,9 @@ impl FakeDriverSpec {
         }
 
         if self.wsl {
-            write_root_skeleton(&driver.root)?;
+            write_root_skeleton(&driver.root, self.arch)?;
             crate::wsl_tree::write(&driver)?;
-            run_ldconfig(&driver.root)?;
+            run_ldconfig(&driver.root, self.arch)?;
             if self.device_nodes {
                 devices::create_nodes(&driver.dev_root, &self.device_nodes())?;
             }
@@ -124,12 +132,16 @@ impl FakeDriverSpec {
             write_file(&driver.config, config_toml(&driver), 0o644)?;
             return Ok(driver);
         }
-        let x86_64 = compile::artifacts(&self.version, self.cuda_version, Arch::X86_64)?;
+        let native = compile::artifacts(
+            &self.version,
+            self.cuda_version,
+            compile::Arch::of(self.arch),
+        )?;
         let i386 = if self.lib32 && compile::gcc_m32_works() {
             Some(compile::artifacts(
                 &self.version,
                 self.cuda_version,
-                Arch::I386,
+                compile::Arch::I386,
             )?)
         } else {
             None
@@ -139,13 +151,13 @@ impl FakeDriverSpec {
             ..driver
         };
 
-        write_root_skeleton(&driver.root)?;
-        write_driver_files(&driver, &x86_64)?;
+        write_root_skeleton(&driver.root, self.arch)?;
+        write_driver_files(&driver, &native)?;
         if let Some(i386) = &i386 {
             write_lib32(&driver.root, &self.version, i386)?;
         }
-        write_ld_so_conf(&driver.root, i386.is_some())?;
-        run_ldconfig(&driver.root)?;
+        write_ld_so_conf(&driver.root, i386.is_some(), self.arch)?;
+        run_ldconfig(&driver.root, self.arch)?;
         check_ld_cache(&driver)?;
         if self.device_nodes {
             devices::create_nodes(&driver.dev_root, &self.device_nodes())?;
@@ -191,11 +203,11 @@ pub(crate) fn inside(root: &Path, path: &str) -> PathBuf {
 
 /// A merged-/usr root like Ubuntu 24.04's: `/lib -> usr/lib` and friends, so paths reach the
 /// driver through a link the way they do on the sample host (its ld.so.cache says `/lib/…`).
-fn write_root_skeleton(root: &Path) -> Result<(), FakeError> {
+fn write_root_skeleton(root: &Path, arch: Arch) -> Result<(), FakeError> {
+    mkdirs(&inside(root, &multiarch_lib_dir(arch)))?;
     for dir in [
         "usr/bin",
         "usr/sbin",
-        "usr/lib/x86_64-linux-gnu",
         "usr/lib64",
         "etc/ld.so.conf.d",
         "var/cache/ldconfig",
@@ -296,7 +308,7 @@ fn write_driver_files(driver: &FakeDriver, built: &Artifacts) -> Result<(), Fake
     let version = driver.spec.version.as_str();
     let prefix = inside(root, NVIDIA_PREFIX);
     let lib64 = prefix.join("lib64");
-    let multiarch = inside(root, MULTIARCH_LIB_DIR);
+    let multiarch = inside(root, &multiarch_lib_dir(driver.spec.arch));
     mkdirs(&lib64)?;
     symlink("lib64", &prefix.join("lib"))?;
     // The sample's /usr/local/nvidia/version: the bare version, no newline.
@@ -372,7 +384,7 @@ fn write_lib32(root: &Path, version: &str, built: &Arc<Artifacts>) -> Result<(),
 /// `/etc/ld.so.conf` and `/etc/ld.so.conf.d` as on the sample host (which concatenates to
 /// `ldso-conf.txt`): CUDA toolkit directories that do not exist here, the driver's, libc's,
 /// multiarch.
-fn write_ld_so_conf(root: &Path, lib32: bool) -> Result<(), FakeError> {
+fn write_ld_so_conf(root: &Path, lib32: bool, arch: Arch) -> Result<(), FakeError> {
     let etc = root.join("etc");
     write_file(
         &etc.join("ld.so.conf"),
@@ -380,27 +392,40 @@ fn write_ld_so_conf(root: &Path, lib32: bool) -> Result<(), FakeError> {
         0o644,
     )?;
     let conf_d = etc.join("ld.so.conf.d");
+    // CUDA's folder for aarch64 servers is targets/sbsa-linux.
+    let cuda = match arch {
+        Arch::X86_64 => "x86_64-linux",
+        Arch::Aarch64 => "sbsa-linux",
+    };
+    let multiarch = arch.multiarch();
     let mut files = vec![
         (
-            "000_cuda.conf",
-            "/usr/local/cuda/targets/x86_64-linux/lib\n\
-             /usr/local/cuda-13/targets/x86_64-linux/lib\n\
-             /usr/local/cuda-13.0/targets/x86_64-linux/lib\n",
-        ),
-        ("nvidia.conf", "/usr/local/nvidia/lib64\n/usr/local/nvidia/lib\n"),
-        (
-            "libc.conf",
-            "# libc default configuration\n/usr/local/lib\n/usr/local/cuda/lib64\n",
+            "000_cuda.conf".to_string(),
+            format!(
+                "/usr/local/cuda/targets/{cuda}/lib\n\
+                 /usr/local/cuda-13/targets/{cuda}/lib\n\
+                 /usr/local/cuda-13.0/targets/{cuda}/lib\n"
+            ),
         ),
         (
-            "x86_64-linux-gnu.conf",
-            "# Multiarch support\n/usr/local/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n",
+            "nvidia.conf".to_string(),
+            "/usr/local/nvidia/lib64\n/usr/local/nvidia/lib\n".to_string(),
+        ),
+        (
+            "libc.conf".to_string(),
+            "# libc default configuration\n/usr/local/lib\n/usr/local/cuda/lib64\n".to_string(),
+        ),
+        (
+            format!("{multiarch}.conf"),
+            format!(
+                "# Multiarch support\n/usr/local/lib/{multiarch}\n/lib/{multiarch}\n/usr/lib/{multiarch}\n"
+            ),
         ),
     ];
     if lib32 {
         files.push((
-            "i386-linux-gnu.conf",
-            "# Multiarch support\n/usr/local/lib/i386-linux-gnu\n/lib/i386-linux-gnu\n/usr/lib/i386-linux-gnu\n",
+            "i386-linux-gnu.conf".to_string(),
+            "# Multiarch support\n/usr/local/lib/i386-linux-gnu\n/lib/i386-linux-gnu\n/usr/lib/i386-linux-gnu\n".to_string(),
         ));
     }
     for (name, contents) in files {
@@ -418,14 +443,29 @@ fn find_ldconfig() -> PathBuf {
     PathBuf::from("ldconfig")
 }
 
-/// Writes `<root>/etc/ld.so.cache` with the system's ldconfig, chrooted into `root` so the
-/// cache holds paths as seen from the root. `-X` leaves the links as the sample has them.
-fn run_ldconfig(root: &Path) -> Result<(), FakeError> {
-    let ldconfig = find_ldconfig();
+/// Writes `<root>/etc/ld.so.cache` with the system's ldconfig (aarch64's under qemu-user
+/// for an aarch64 driver: the cache flags are the ones its ldconfig writes), chrooted into
+/// `root` so the cache holds paths as seen from the root. `-X` leaves the links as the
+/// sample has them.
+pub(crate) fn run_ldconfig(root: &Path, arch: Arch) -> Result<(), FakeError> {
     let mut command;
-    if is_root() {
+    let ldconfig;
+    if arch == Arch::Aarch64 {
+        // ldconfig is static: nothing of the cross glibc is loaded, before or after its
+        // chroot. qemu passes chroot through; it needs root.
+        ldconfig = crate::aarch64::ldconfig()?;
+        if !is_root() {
+            return Err(FakeError::NeedsRoot {
+                what: "aarch64's ldconfig -r (chroot) under qemu-user".to_string(),
+            });
+        }
+        command = Command::new(crate::aarch64::QEMU);
+        command.arg(&ldconfig);
+    } else if is_root() {
+        ldconfig = find_ldconfig();
         command = Command::new(&ldconfig);
     } else {
+        ldconfig = find_ldconfig();
         // chroot is allowed in a user namespace where we are root.
         command = Command::new("unshare");
         command.args(["--user", "--map-root-user"]).arg(&ldconfig);

@@ -216,6 +216,8 @@ pub fn discover(
                     Some((stem, soname)) => driver.libraries.push(Library {
                         capabilities,
                         class: LibClass::Lib64,
+                        // `library` takes only x86-64 objects: WSL2's driver is x86-64's.
+                        arch: elf::Arch::X86_64,
                         stem,
                         soname,
                         host_path,

@@ -1,0 +1,263 @@
+//! aarch64 (arm64) hosts, on this x86-64 machine: an aarch64 fake driver tree (libraries
+//! and programs built by `aarch64-linux-gnu-gcc` with their real sonames, its ld.so.cache
+//! written by aarch64's own `ldconfig` under qemu-user), read by the aarch64 `nvc` under
+//! qemu-user (`info`, `list`, `cdi generate`) and by this build's discovery; libraries of
+//! the other architecture skipped with a reason; and the ld.so.cache nvc writes for an
+//! aarch64 container, read back by aarch64's `ldconfig -p` and used by aarch64's loader.
+//!
+//! Every test needs root (device nodes, ldconfig's chroot), the tools of
+//! `scripts/cross-aarch64.sh` (the cross compiler, qemu-user, the Rust target) and, once
+//! per machine, the network (Debian's arm64 libc6, libc-bin and busybox-static): the script
+//! builds the aarch64 binaries once per checkout and a test fails, saying so, when it
+//! cannot.
+
+// The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use libnvc::discover::{self, LibClass};
+use libnvc::elf::Arch;
+use libnvc::ldcache::{self, CacheArch};
+use nvc_tests::{aarch64, require_root, FakeDriver, FakeDriverSpec, FakeGpu, NVIDIA_PREFIX};
+
+const VERSION: &str = "999.88.77";
+const ARM_LIBS: &str = "/usr/lib/aarch64-linux-gnu";
+
+/// The aarch64 binaries, built by `scripts/cross-aarch64.sh` once per process.
+fn aarch64_bins() -> PathBuf {
+    aarch64::build().unwrap_or_else(|e| panic!("the aarch64 build failed: {e}"))
+}
+
+/// An aarch64 driver with 2 GPUs, its ld.so.cache written by aarch64's ldconfig.
+fn aarch64_driver(dir: &Path) -> FakeDriver {
+    FakeDriverSpec {
+        arch: Arch::Aarch64,
+        gpus: FakeGpu::fake_gpus(2),
+        ..FakeDriverSpec::default()
+    }
+    .build(dir)
+    .unwrap_or_else(|e| panic!("cannot build the aarch64 driver tree: {e}"))
+}
+
+/// Runs the aarch64 `nvc` under qemu-user with the tree's configuration.
+fn nvc_arm(fake: &FakeDriver, args: &[&str]) -> Output {
+    let out = aarch64::qemu(aarch64_bins().join("nvc"))
+        .args(args)
+        .env("NVC_CONFIG", &fake.config)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", aarch64::QEMU));
+    assert!(
+        out.status.success(),
+        "nvc {args:?} under qemu-user failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The workspace's own (x86-64) `nvc`, next to this test's deps folder.
+fn nvc_native() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().and_then(|p| p.parent()).unwrap().join("nvc");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --workspace`",
+        bin.display()
+    );
+    bin
+}
+
+/// Builds a shared object with `compiler` and `soname` at `out`.
+fn shared_object(compiler: &str, dir: &Path, soname: &str, out: &Path) {
+    let src = dir.join("other-arch.c");
+    std::fs::write(&src, "int nvc_other_arch(void) { return 1; }\n").unwrap();
+    let status = Command::new(compiler)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(out)
+        .arg(format!("-Wl,-soname,{soname}"))
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(status.success(), "{compiler} failed");
+}
+
+fn cache_of(root: &Path) -> ldcache::Cache {
+    ldcache::parse(&std::fs::read(root.join("etc/ld.so.cache")).unwrap()).unwrap()
+}
+
+#[test]
+#[ignore = "needs root and the network (once, for Debian's arm64 userland): aarch64's ldconfig under qemu-user, device nodes"]
+fn the_aarch64_driver_is_found_by_its_files() {
+    require_root("device nodes and aarch64's ldconfig -r");
+    let dir = tempfile::tempdir().unwrap();
+    let fake = aarch64_driver(dir.path());
+
+    // aarch64's ldconfig lists the driver's libraries with its own flags, 0x0a03.
+    let cache = cache_of(&fake.root);
+    let cuda = cache
+        .entries
+        .iter()
+        .find(|e| e.name == "libcuda.so.1")
+        .expect("libcuda.so.1 in the cache");
+    assert_eq!(cuda.flags, 0x0a03, "{cuda:?}");
+    assert_eq!(cuda.arch(), Some(CacheArch::Aarch64));
+    assert_eq!(cuda.path, "/lib/aarch64-linux-gnu/libcuda.so.1");
+
+    // This (x86-64) build reads the aarch64 tree as aarch64: from the files, not from
+    // what it was built for.
+    let roots = discover::DriverRoots {
+        root: fake.root.clone(),
+        dev_root: fake.dev_root.clone(),
+        proc_root: fake.proc_root.clone(),
+    };
+    let driver = discover::discover(&roots, &nvc_host::probe::RealHost).unwrap();
+    assert_eq!(driver.version, VERSION);
+    assert_eq!(driver.arch(), Some(Arch::Aarch64));
+    assert!(driver.libraries.len() > 20, "{:#?}", driver.libraries);
+    assert!(driver
+        .libraries
+        .iter()
+        .all(|l| l.arch == Arch::Aarch64 && l.class == LibClass::Lib64));
+    let smi = fake.root.join("usr/local/nvidia/bin/nvidia-smi");
+    assert!(
+        driver.binaries.iter().any(|b| b.host_path == smi),
+        "the aarch64 nvidia-smi is the driver's: {:#?}",
+        driver.binaries
+    );
+}
+
+#[test]
+#[ignore = "needs root and the network (once, for Debian's arm64 userland): the aarch64 nvc under qemu-user, device nodes"]
+fn the_aarch64_nvc_shows_lists_and_describes_the_driver() {
+    require_root("device nodes and aarch64's ldconfig -r");
+    let dir = tempfile::tempdir().unwrap();
+    let fake = aarch64_driver(dir.path());
+
+    // `nvc info`: the version from /proc, CUDA's from the aarch64 libcuda it loads.
+    let info = text(&nvc_arm(&fake, &["info"]));
+    assert!(
+        info.contains(&format!("Driver version:  {VERSION}")),
+        "{info}"
+    );
+    assert!(info.contains("CUDA version:    99.1"), "{info}");
+    for gpu in &fake.spec.gpus {
+        assert!(info.contains(&gpu.uuid), "{} missing in\n{info}", gpu.uuid);
+    }
+
+    // `nvc list`: every library goes to the aarch64 folder.
+    let list = text(&nvc_arm(&fake, &["list", "--capabilities", "all"]));
+    assert!(
+        list.contains(&format!("{ARM_LIBS}/libcuda.so.{VERSION}")),
+        "{list}"
+    );
+    assert!(
+        list.contains(&format!("{ARM_LIBS}/libnvidia-ml.so.{VERSION}")),
+        "{list}"
+    );
+    assert!(!list.contains("x86_64"), "{list}");
+    assert!(list.contains("/usr/bin/nvidia-smi"), "{list}");
+
+    // `nvc cdi generate`: the spec mounts them there and has the cache hook read there.
+    let spec_path = dir.path().join("nvidia.yaml");
+    nvc_arm(
+        &fake,
+        &["cdi", "generate", "--output", spec_path.to_str().unwrap()],
+    );
+    let spec = std::fs::read_to_string(&spec_path).unwrap();
+    assert!(
+        spec.contains(&format!("containerPath: {ARM_LIBS}/libcuda.so.{VERSION}")),
+        "{spec}"
+    );
+    assert!(spec.contains(&format!("- {ARM_LIBS}")), "{spec}");
+    assert!(!spec.contains("x86_64"), "{spec}");
+    for gpu in &fake.spec.gpus {
+        assert!(spec.contains(&gpu.uuid), "{spec}");
+    }
+}
+
+#[test]
+#[ignore = "needs root and the network (once, for Debian's arm64 userland): aarch64's ldconfig under qemu-user, device nodes"]
+fn a_library_of_the_other_architecture_is_skipped_saying_why() {
+    require_root("device nodes and aarch64's ldconfig -r");
+    let dir = tempfile::tempdir().unwrap();
+    let fake = aarch64_driver(dir.path());
+    let lib64 = fake
+        .root
+        .join(NVIDIA_PREFIX.trim_start_matches('/'))
+        .join("lib64");
+
+    // An x86-64 libnvidia-ml in the aarch64 tree: aarch64's ldconfig lists it as aarch64.
+    let ml = lib64.join(format!("libnvidia-ml.so.{VERSION}"));
+    shared_object("gcc", dir.path(), "libnvidia-ml.so.1", &ml);
+    let status = Command::new(aarch64::QEMU)
+        .arg(aarch64::ldconfig().unwrap())
+        .args(["-X", "-r"])
+        .arg(&fake.root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let listed = cache_of(&fake.root)
+        .entries
+        .into_iter()
+        .find(|e| e.name == "libnvidia-ml.so.1")
+        .expect("aarch64's ldconfig lists the x86-64 library");
+    assert_eq!(listed.arch(), Some(CacheArch::Aarch64));
+
+    let list = text(&nvc_arm(&fake, &["list", "--capabilities", "all"]));
+    assert!(!list.contains("libnvidia-ml"), "{list}");
+    assert!(
+        list.contains(&format!("{ARM_LIBS}/libcuda.so.{VERSION}")),
+        "{list}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("nvc.log")).unwrap();
+    let why = format!(
+        "skipping {}: a 64-bit x86_64 object, but the driver root's ld.so.cache lists it as a \
+         Lib64 library of the aarch64 driver",
+        ml.display()
+    );
+    assert!(log.contains(&why), "no {why:?} in\n{log}");
+
+    // And the other way: an aarch64 libcuda where an x86-64 tree's cache says x86-64 (the
+    // file replaced after ldconfig ran; x86-64's ldconfig leaves aarch64 files out).
+    let x86 = tempfile::tempdir().unwrap();
+    let fake = FakeDriverSpec {
+        gpus: FakeGpu::fake_gpus(1),
+        ..FakeDriverSpec::default()
+    }
+    .build(x86.path())
+    .unwrap();
+    let lib64 = fake
+        .root
+        .join(NVIDIA_PREFIX.trim_start_matches('/'))
+        .join("lib64");
+    let cuda = lib64.join(format!("libcuda.so.{VERSION}"));
+    shared_object(aarch64::GCC, x86.path(), "libcuda.so.1", &cuda);
+    let out = Command::new(nvc_native())
+        .args(["list", "--capabilities", "all"])
+        .env("NVC_CONFIG", &fake.config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = text(&out);
+    assert!(!list.contains("libcuda.so"), "{list}");
+    assert!(
+        list.contains("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so"),
+        "{list}"
+    );
+    let log = std::fs::read_to_string(x86.path().join("nvc.log")).unwrap();
+    let why = format!(
+        "skipping {}: a 64-bit aarch64 object, but the driver root's ld.so.cache lists it as a \
+         Lib64 library of the x86_64 driver",
+        cuda.display()
+    );
+    assert!(log.contains(&why), "no {why:?} in\n{log}");
+}
