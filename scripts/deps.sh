@@ -52,6 +52,19 @@ have aarch64-linux-gnu-gcc || need+=(gcc-aarch64-linux-gnu binutils-aarch64-linu
 # never installed over Debian 12's libc.
 have debootstrap || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 echo "int main(void){return 0;}" | gcc -m32 -x c - -o /dev/null 2>/dev/null || need+=(gcc-multilib)
+# The aarch64 tests (tests/tests/arm64.rs, scripts/cross-aarch64.sh): Debian's cross
+# compiler and arm64 glibc, and qemu-user. Debian's gcc-multilib conflicts with every cross
+# gcc; `gcc -m32` needs only its gcc-N-multilib, which does not.
+have aarch64-linux-gnu-gcc || need+=(gcc-aarch64-linux-gnu)
+[ -e /usr/aarch64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-arm64-cross)
+have qemu-aarch64-static || need+=(qemu-user-static)
+for i in "${!need[@]}"; do
+    if [ "${need[$i]}" = gcc-multilib ]; then
+        v=$(gcc -dumpversion 2>/dev/null | cut -d. -f1 || true)
+        [ -n "$v" ] || v=$(apt-cache show gcc 2>/dev/null | sed -n 's/^Depends:.* gcc-\([0-9]*\) .*/\1/p' | head -n 1)
+        [ -z "$v" ] || need[$i]=gcc-$v-multilib
+    fi
+done
 if ! have cargo; then
     # Debian 12's own rustc (1.63) is too old; its rustc-web/cargo-web are current.
     apt-get update -qq >/dev/null 2>&1 || true

@@ -20,7 +20,10 @@ use std::process::{Command, Output};
 use libnvc::discover::{self, LibClass};
 use libnvc::elf::Arch;
 use libnvc::ldcache::{self, CacheArch};
-use nvc_tests::{aarch64, require_root, FakeDriver, FakeDriverSpec, FakeGpu, NVIDIA_PREFIX};
+use nvc_tests::{
+    aarch64, require_root, Bundle, FakeDriver, FakeDriverSpec, FakeGpu, Runtime, NVIDIA_PREFIX,
+};
+use serde_json::{json, Value};
 
 const VERSION: &str = "999.88.77";
 const ARM_LIBS: &str = "/usr/lib/aarch64-linux-gnu";
@@ -260,4 +263,238 @@ fn a_library_of_the_other_architecture_is_skipped_saying_why() {
         cuda.display()
     );
     assert!(log.contains(&why), "no {why:?} in\n{log}");
+}
+
+/// A small arm64 image: Debian's arm64 glibc (loader and libraries), its `ldconfig`, a
+/// static busybox, `nvc-probe` built for aarch64, and the image's own ld.so.cache written by
+/// aarch64's `ldconfig`.
+fn aarch64_rootfs(work: &Path, rootfs: &Path) {
+    let userland = aarch64::userland();
+    let busybox = userland.join("bin/busybox");
+    assert!(
+        busybox.is_file(),
+        "{} is missing: run scripts/cross-aarch64.sh as root, with the network",
+        busybox.display()
+    );
+    for dir in [
+        "bin",
+        "sbin",
+        "usr/bin",
+        "usr/lib/aarch64-linux-gnu",
+        "etc",
+        "tmp",
+    ] {
+        std::fs::create_dir_all(rootfs.join(dir)).unwrap();
+    }
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(userland.join("lib"))
+        .arg(userland.join("etc/ld.so.conf"))
+        .arg(userland.join("etc/ld.so.conf.d"))
+        .arg(rootfs.join("tmp"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::rename(rootfs.join("tmp/lib"), rootfs.join("lib")).unwrap();
+    std::fs::rename(rootfs.join("tmp/ld.so.conf"), rootfs.join("etc/ld.so.conf")).unwrap();
+    std::fs::rename(
+        rootfs.join("tmp/ld.so.conf.d"),
+        rootfs.join("etc/ld.so.conf.d"),
+    )
+    .unwrap();
+    std::fs::copy(&busybox, rootfs.join("bin/busybox")).unwrap();
+    std::fs::copy(userland.join("sbin/ldconfig"), rootfs.join("sbin/ldconfig")).unwrap();
+    for applet in ["sh", "cat", "ls"] {
+        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).unwrap();
+    }
+    let probe = workspace_fixture("nvc_probe.c");
+    let status = Command::new(aarch64::GCC)
+        .args(["-O2", "-o"])
+        .arg(rootfs.join("usr/bin/nvc-probe"))
+        .arg(&probe)
+        .arg("-ldl")
+        .current_dir(work)
+        .status()
+        .unwrap();
+    assert!(status.success(), "{} cannot build nvc-probe", aarch64::GCC);
+    let status = Command::new(aarch64::QEMU)
+        .arg(aarch64::ldconfig().unwrap())
+        .arg("-r")
+        .arg(rootfs)
+        .status()
+        .unwrap();
+    assert!(
+        status.success(),
+        "aarch64's ldconfig -r on the image failed"
+    );
+}
+
+fn workspace_fixture(name: &str) -> PathBuf {
+    nvc_tests::trees::workspace_dir()
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// The aarch64 binaries' nvc configuration for `fake`: the aarch64 hook, this host's runc.
+fn aarch64_config(fake: &FakeDriver, dir: &Path, bins: &Path) -> PathBuf {
+    let config = dir.join("config.toml");
+    let quoted = |p: &Path| format!("{:?}", p.display().to_string());
+    std::fs::write(
+        &config,
+        format!(
+            "[driver]\nroot = {}\ndev-root = {}\nproc-root = {}\n\n[runtime]\nruntimes = [{}]\n\n\
+             [hook]\npath = {}\nstate-dir = {}\n\n[log]\nfile = {}\nlevel = \"debug\"\n\n\
+             [leases]\ndir = {}\n",
+            quoted(&fake.root),
+            quoted(&fake.dev_root),
+            quoted(&fake.proc_root),
+            quoted(&nvc_tests::runc_path()),
+            quoted(&bins.join("nvc-hook")),
+            quoted(&dir.join("state")),
+            quoted(&dir.join("nvc.log")),
+            quoted(&dir.join("leases")),
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// Applies the CDI spec's edits for every device to `bundle` as CDI's library does for
+/// Podman and containerd: env, device nodes with their cgroup rules, mounts, hooks.
+fn apply_cdi(mut bundle: Bundle, spec: &Value) -> Bundle {
+    let all = spec["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| d["name"] == "all")
+        .expect("the spec has the device all");
+    for e in [&spec["containerEdits"], &all["containerEdits"]] {
+        for env in e["env"].as_array().into_iter().flatten() {
+            bundle = bundle.env(&[env.as_str().unwrap()]);
+        }
+        for n in e["deviceNodes"].as_array().into_iter().flatten() {
+            bundle = bundle
+                .set(
+                    "/linux/devices/-",
+                    json!({"path": n["path"], "type": "c", "major": n["major"], "minor": n["minor"],
+                           "fileMode": n["fileMode"], "uid": n["uid"], "gid": n["gid"]}),
+                )
+                .set(
+                    "/linux/resources/devices/-",
+                    json!({"allow": true, "type": "c", "major": n["major"], "minor": n["minor"],
+                           "access": "rwm"}),
+                );
+        }
+        for m in e["mounts"].as_array().into_iter().flatten() {
+            bundle = bundle.set(
+                "/mounts/-",
+                json!({"destination": m["containerPath"], "source": m["hostPath"],
+                       "type": "bind", "options": m["options"]}),
+            );
+        }
+        for h in e["hooks"].as_array().into_iter().flatten() {
+            // qemu-user 7.2 (Debian 12) has no open_tree(2): the mask over /proc/driver/nvidia
+            // cannot be mounted under it. It is left out here, and nothing else.
+            if h["args"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|a| a == "cdi-mask-proc")
+            {
+                continue;
+            }
+            let stage = h["hookName"].as_str().unwrap();
+            bundle = bundle.set(
+                &format!("/hooks/{stage}/-"),
+                json!({"path": h["path"], "args": h["args"], "env": h["env"]}),
+            );
+        }
+    }
+    bundle
+}
+
+#[test]
+#[ignore = "needs root and the network (once, for Debian's arm64 userland): runc, qemu-user through binfmt_misc for the aarch64 hooks and image"]
+fn an_aarch64_container_gets_a_cache_its_ldconfig_and_loader_read() {
+    require_root("runc, device nodes, aarch64's ldconfig -r, binfmt_misc");
+    let bins = aarch64_bins();
+    assert!(
+        Path::new("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists(),
+        "qemu-aarch64 is not registered with binfmt_misc: scripts/cross-aarch64.sh registers it, as root"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("driver")).unwrap();
+    let fake = aarch64_driver(&dir.path().join("driver"));
+    let bundle_dir = dir.path().join("bundle");
+    let rootfs = bundle_dir.join("rootfs");
+    aarch64_rootfs(dir.path(), &rootfs);
+    let config = aarch64_config(&fake, dir.path(), &bins);
+
+    // The aarch64 nvc's CDI spec, applied as an engine applies it; runc (this host's) makes
+    // the mounts and nodes and runs the aarch64 nvc-hook's createContainer hooks (static,
+    // through binfmt_misc), which write the container's ld.so.cache.
+    let out = aarch64::qemu(bins.join("nvc"))
+        .args(["cdi", "generate", "--format", "json"])
+        .env("NVC_CONFIG", &config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spec: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hooks = spec["containerEdits"]["hooks"].to_string();
+    for hook in ["update-ldcache", "cdi-mask-proc"] {
+        assert!(hooks.contains(hook), "no {hook} hook in {hooks}");
+    }
+    let bundle = Bundle::new(&bundle_dir, &rootfs)
+        .unwrap()
+        .args(&["/bin/sh", "-c", "/sbin/ldconfig -p; /usr/bin/nvc-probe"])
+        .env(&["NVC_FAKE_PROC=/run/fake-proc"])
+        .set(
+            "/mounts/-",
+            json!({"destination": "/run/fake-proc", "type": "bind",
+                   "source": fake.proc_root, "options": ["rbind", "ro"]}),
+        );
+    let bundle = apply_cdi(bundle, &spec).write().unwrap();
+    let runtime = Runtime::runc(&dir.path().join("runc-state"));
+    let out = runtime.run(&bundle, &nvc_tests::container_id("arm64"));
+    let log = std::fs::read_to_string(dir.path().join("nvc.log")).unwrap_or_default();
+    assert!(
+        out.success(),
+        "the aarch64 container failed:\n{out:?}\nnvc's log:\n{log}"
+    );
+
+    // aarch64's ldconfig reads the cache the aarch64 hook wrote: the driver's libraries in
+    // the aarch64 folder with aarch64's flags, beside the image's own glibc.
+    let cuda = format!("libcuda.so.1 (libc6,AArch64) => {ARM_LIBS}/libcuda.so.1");
+    assert!(out.stdout.contains(&cuda), "no {cuda:?} in\n{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("libc.so.6 (libc6,AArch64) => /lib/aarch64-linux-gnu/libc.so.6"),
+        "{}",
+        out.stdout
+    );
+    // And aarch64's loader finds the libraries by soname through it; libcuda answers.
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("libcuda="))
+        .unwrap_or_else(|| panic!("no libcuda line in\n{}", out.stdout));
+    assert!(line.starts_with("libcuda=ok"), "{line}");
+    assert!(line.contains("cuda_version=99010"), "{line}");
+    assert!(
+        line.contains(&format!("realpath={ARM_LIBS}/libcuda.so.{VERSION} ")),
+        "{line}"
+    );
+    let ml = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("libnvidia-ml="))
+        .unwrap_or_default();
+    assert!(
+        ml.starts_with("libnvidia-ml=ok") && ml.contains(VERSION),
+        "{ml}"
+    );
 }
