@@ -352,7 +352,65 @@ pub fn ipc(probe: &dyn HostProbe, root: &Path) -> Vec<HostFile> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::elf::test_support;
+    use crate::probe::TreeProbe;
     use Capability::*;
+
+    /// gcc's x86-64 shared object `name` with `soname`, its header's machine made
+    /// `machine`: discovery reads headers, nothing here loads it.
+    fn object_of(dir: &Path, name: &str, soname: &str, machine: u16) -> Vec<u8> {
+        let path = test_support::shared_object(dir, name, Some(soname));
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes[18..20].copy_from_slice(&machine.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn libraries_are_of_the_architecture_the_cache_lists_them_for() {
+        for (arch, other) in [(Arch::Aarch64, Arch::X86_64), (Arch::X86_64, Arch::Aarch64)] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().join("root");
+            let lib = format!("/usr/lib/{}", arch.multiarch());
+            let host_lib = root.join(lib.trim_start_matches('/'));
+            std::fs::create_dir_all(&host_lib).unwrap();
+            std::fs::create_dir_all(root.join("etc")).unwrap();
+            let mut entries = Vec::new();
+            for (stem, machine) in [("libcuda", arch), ("libnvidia-ml", other)] {
+                let file = format!("{stem}.so.999.88.77");
+                let bytes = object_of(
+                    dir.path(),
+                    &file,
+                    &format!("{stem}.so.1"),
+                    machine.machine(),
+                );
+                std::fs::write(host_lib.join(&file), bytes).unwrap();
+                // As the host's ldconfig writes it: its own ABI for every 64-bit library.
+                entries.push(ldcache::Entry {
+                    name: format!("{stem}.so.1"),
+                    path: format!("{lib}/{file}"),
+                    flags: CacheArch::from(arch).flags(),
+                    hwcap: 0,
+                });
+            }
+            std::fs::write(
+                root.join("etc/ld.so.cache"),
+                ldcache::write(&entries).unwrap(),
+            )
+            .unwrap();
+            let probe = TreeProbe::new();
+            let cache = read_ldcache(&probe, &root).unwrap();
+            assert_eq!(cache_arch(cache.as_ref().unwrap()), Some(arch));
+            let found = libraries(&probe, &root, cache.as_ref(), "999.88.77");
+            // The library of the other architecture is skipped (saying so in the log).
+            let stems: Vec<_> = found.iter().map(|l| (l.stem.as_str(), l.arch)).collect();
+            assert_eq!(stems, [("libcuda", arch)], "{arch}");
+            assert_eq!(arch_of(&found), Some(arch));
+            assert_eq!(
+                version_from_libraries(&probe, &root, cache.as_ref()).as_deref(),
+                Some("999.88.77")
+            );
+        }
+    }
 
     #[test]
     fn libraries_map_to_capabilities() {
