@@ -20,7 +20,7 @@ set -euo pipefail
 
 case "${1:-}" in
     -h | --help)
-        sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     --release) profile=release ;;
