@@ -42,20 +42,18 @@ have podman || need+=(podman)
 # The .deb test checks the CDI refresh's units with systemd-analyze verify.
 have systemd-analyze || need+=(systemd)
 # The RPM beside the .deb (tests/tests/engines/rpm.rs): rpmbuild, rpm and rpm2archive
-# (rpm), rpmlint, and an aarch64 C compiler, binutils and libc (the arm64 packages'
-# stand-in programs).
+# (rpm), rpmlint; its arm64 packages' programs come from the aarch64 compiler below.
 have rpmbuild || need+=(rpm)
 have rpmlint || need+=(rpmlint)
-have aarch64-linux-gnu-gcc || need+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu)
-[ -f /usr/aarch64-linux-gnu/include/stdio.h ] || need+=(libc6-dev-arm64-cross)
 # Newer Debian's engines (tests/tests/engines/): a Debian 13 root made by debootstrap,
 # never installed over Debian 12's libc.
 have debootstrap || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
 echo "int main(void){return 0;}" | gcc -m32 -x c - -o /dev/null 2>/dev/null || need+=(gcc-multilib)
-# The aarch64 tests (tests/tests/arm64.rs, scripts/cross-aarch64.sh): Debian's cross
-# compiler and arm64 glibc, and qemu-user. Debian's gcc-multilib conflicts with every cross
-# gcc; `gcc -m32` needs only its gcc-N-multilib, which does not.
-have aarch64-linux-gnu-gcc || need+=(gcc-aarch64-linux-gnu)
+# The aarch64 tests (tests/tests/arm64.rs, scripts/cross-aarch64.sh) and the arm64
+# packages (tests/tests/engines/rpm.rs): Debian's cross compiler, binutils and arm64
+# glibc, and qemu-user. Debian's gcc-multilib conflicts with every cross gcc; `gcc -m32`
+# needs only its gcc-N-multilib, which does not.
+have aarch64-linux-gnu-gcc || need+=(gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu)
 [ -e /usr/aarch64-linux-gnu/lib/libc.a ] || need+=(libc6-dev-arm64-cross)
 have qemu-aarch64-static || need+=(qemu-user-static)
 for i in "${!need[@]}"; do
