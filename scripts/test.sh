@@ -11,9 +11,10 @@ usage: scripts/test.sh [--quick] [--jobs N]
   (none)      The whole suite, as root on Debian (the README's test command, and CI's):
               installs what it needs (scripts/deps.sh), checks formatting, builds once
               with clippy's lints, runs the quick tier's tests and stops if one fails,
-              then the docs and every test that needs root or the network, several programs
-              at once; the engine roots and the OCI validation programs are made while
-              cargo builds. Prints each phase's time at the end.
+              then every test that needs root or the network, several programs at once,
+              with the aarch64 build (scripts/cross-aarch64.sh) and the docs beside them;
+              the engine roots and the OCI validation programs are made while cargo
+              builds. Prints each phase's time at the end.
   --quick     The quick tier, without root or network: formatting, the build (with
               the lints), the unit tests and the suites on the committed driver trees.
               A test that needs root or the network is ignored there, with the reason
@@ -286,12 +287,13 @@ if $quick; then
     exit 0
 fi
 
-# The docs run beside the rest of the tests, which wait on containers and daemons more
-# than they compute.
+# The aarch64 build (for tests/tests/arm64.rs) and the docs run beside the rest of the
+# tests, one after the other: each holds cargo's lock on target/.
 docs_check() {
     local status=0
     # This subshell's own phases, written out for the summary.
     times=()
+    timed "aarch64 build (scripts/cross-aarch64.sh)" bash scripts/cross-aarch64.sh || status=1
     # Doc links stay true when code moves.
     RUSTDOCFLAGS="-D warnings" timed "docs (cargo doc)" \
         cargo doc --workspace --no-deps --document-private-items --locked --quiet || status=1
@@ -320,7 +322,9 @@ while read -r name kind dir exe; do
     done
 done <"$logs/programs" | order >"$logs/full.jobs"
 grep '^hostile@races ' "$logs/full.jobs" >"$logs/full.alone" || true
-grep -v '^hostile@races ' "$logs/full.jobs" >"$logs/full.list" || true
+# The aarch64 tests last of the others: they wait for the aarch64 build beside them.
+{ grep -v '^hostile@races \|^arm64 ' "$logs/full.jobs"; grep '^arm64 ' "$logs/full.jobs"; } \
+    >"$logs/full.list" || true
 AS_NOBODY=
 echo
 echo "the tests the quick tier skipped: $(cat "$logs/full.list" "$logs/full.alone" | wc -l) test programs, $jobs at a time (the race alone, last)"
@@ -346,6 +350,6 @@ broken=$((q_broken + f_broken))
 echo
 echo "all tests: $passed passed, $failed failed, $f_ignored ignored; $broken programs broken"
 if [ "$failed" != 0 ] || [ "$broken" != 0 ] || [ "$docs_status" != 0 ]; then
-    [ "$docs_status" = 0 ] || echo "the docs failed (above)"
+    [ "$docs_status" = 0 ] || echo "the aarch64 build or the docs failed (above)"
     exit 1
 fi
