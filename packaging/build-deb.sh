@@ -9,7 +9,7 @@
 # --bin-dir DIR    package the nvc, nvc-runtime, nvc-hook and nvc-cuda-version already
 #                  built in DIR (the tests package their debug build); without it, this
 #                  machine's architecture is built (`cargo build --release`), and arm64 is
-#                  taken from target/aarch64-unknown-linux-gnu/release
+#                  cross-built (scripts/cross-aarch64.sh --release)
 # --help-from NVC  an nvc of the same version that runs here, for the --help text in
 #                  nvc.txt when the packaged one cannot run here (another architecture)
 # --xz-level N     how hard xz compresses (0-9, default 6, as dpkg-deb does): the tests take

@@ -11,7 +11,7 @@
 # --bin-dir DIR    package the nvc, nvc-runtime, nvc-hook and nvc-cuda-version already
 #                  built in DIR (the tests package their debug build); without it, this
 #                  machine's architecture is built (`cargo build --release`), and aarch64
-#                  is taken from target/aarch64-unknown-linux-gnu/release
+#                  is cross-built (scripts/cross-aarch64.sh --release)
 # --help-from NVC  an nvc of the same version that runs here, for the --help text in
 #                  nvc.txt when the packaged one cannot run here (another architecture)
 # --release N      the RPM's release (default 1): a rebuild of the same version

@@ -44,19 +44,20 @@ nvc_elf_machine() {
 }
 
 # Without --bin-dir: this machine's architecture is built here (release, the shim and the
-# hook static, .cargo/config.toml says why); another one must have been cross-built before
-# (`cargo build --release --target aarch64-unknown-linux-gnu`), or be given by --bin-dir.
+# hook static, .cargo/config.toml says why); aarch64 on an x86-64 machine is cross-built
+# by scripts/cross-aarch64.sh --release, the same way.
 nvc_bin_dir() {
     local arch="$1"
     if [ "$arch" = "$(uname -m)" ]; then
         (cd "$nvc_repo" && cargo build --release --locked -p nvc-cli -p nvc-runtime -p nvc-hook) >&2
         (cd "$nvc_repo" && cargo build-shim-static && cargo build-hook-static) >&2
         echo "$nvc_repo/target/release"
+    elif [ "$arch" = aarch64 ]; then
+        bash "$nvc_repo/scripts/cross-aarch64.sh" --release >&2 ||
+            nvc_die "the aarch64 cross build failed (above); or give --bin-dir"
+        echo "$nvc_repo/target/aarch64-unknown-linux-gnu/release"
     else
-        local dir="$nvc_repo/target/$arch-unknown-linux-gnu/release"
-        [ -x "$dir/nvc" ] ||
-            nvc_die "no $arch binaries in $dir: cross-build them (cargo build --release --target $arch-unknown-linux-gnu) or give --bin-dir"
-        echo "$dir"
+        nvc_die "no way to build $arch binaries on $(uname -m): give --bin-dir"
     fi
 }
 

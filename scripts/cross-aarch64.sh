@@ -2,8 +2,9 @@
 # Cross-builds nvc for aarch64 (arm64) Linux on an x86-64 Debian machine, and readies what
 # runs the aarch64 binaries here (docs/arm64.md).
 #
-#   scripts/cross-aarch64.sh             debug build for the tests: nvc, nvc-runtime and a
-#                                        static nvc-hook in target/aarch64-unknown-linux-gnu/debug;
+#   scripts/cross-aarch64.sh             debug build for the tests: nvc, nvc-runtime,
+#                                        nvc-cuda-version and a static nvc-hook in
+#                                        target/aarch64-unknown-linux-gnu/debug;
 #                                        as root, also the arm64 userland and qemu's binfmt entry
 #   scripts/cross-aarch64.sh --release   the release binaries as packaged: nvc, nvc-runtime,
 #                                        nvc-hook, nvc-cuda-version, the shim and hook static
@@ -15,12 +16,13 @@
 # missing). The arm64 userland (Debian's arm64 libc6, libc-bin for ldconfig, busybox-static)
 # is fetched once per machine with a private apt configuration (the host's dpkg
 # architectures are left alone) into $NVC_AARCH64_ROOT, default
-# /var/cache/nvc-tests/aarch64/root. The last line printed is the folder of the binaries.
+# /var/cache/nvc-tests/aarch64/root; as root, the debug build's dependencies are kept
+# there too. The last line printed is the folder of the binaries.
 set -euo pipefail
 
 case "${1:-}" in
     -h | --help)
-        sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     --release) profile=release ;;
@@ -33,7 +35,7 @@ esac
 
 cd "$(dirname "$0")/.."
 target=aarch64-unknown-linux-gnu
-cache=/var/cache/nvc-tests/aarch64
+cache=${NVC_TESTS_CACHE:-/var/cache/nvc-tests}/aarch64
 userland=${NVC_AARCH64_ROOT:-$cache/root}
 
 missing=()
@@ -63,9 +65,36 @@ if [ "$profile" = release ]; then
 fi
 
 # Tests: the CLI and the shim dynamic (run with qemu -L), the hook static: runc runs it on
-# this host, which has no aarch64 loader at /lib.
-cargo build --locked --target "$target" -p nvc-cli -p nvc-runtime --bin nvc --bin nvc-runtime
-cargo rustc --locked --target "$target" -p nvc-hook --bin nvc-hook -- -C target-feature=+crt-static
+# this host, which has no aarch64 loader at /lib. As root, in a target folder kept once per
+# machine ($cache/target), as the engine roots are: a fresh clone then compiles only nvc's
+# own crates for aarch64, not their dependencies again; the binaries are copied into this
+# checkout's target/, under a lock that keeps another checkout's build from replacing
+# them first.
+out=$target_dir/$target/debug
+build_dir=$target_dir
+if [ -z "${CARGO_TARGET_DIR:-}" ] && [ "$(id -u)" = 0 ] && mkdir -p "$cache/target" 2>/dev/null; then
+    build_dir=$cache/target
+    exec 9>"$cache/target.lock"
+    flock 9
+fi
+# nvc's own crates unoptimised (the host's debug build makes some -O1, which the tests'
+# few runs under qemu do not need): they are what each checkout compiles.
+unoptimised=()
+for p in libnvc nvc-host nvc-config nvc-hook nvc-runtime; do
+    unoptimised+=(--config "profile.dev.package.$p.opt-level=0")
+done
+CARGO_TARGET_DIR=$build_dir cargo build "${unoptimised[@]}" --locked --target "$target" \
+    -p nvc-cli -p nvc-runtime -p nvc-hook --bin nvc --bin nvc-runtime --bin nvc-cuda-version
+CARGO_TARGET_DIR=$build_dir cargo rustc "${unoptimised[@]}" --locked --target "$target" \
+    -p nvc-hook --bin nvc-hook -- -C target-feature=+crt-static
+if [ "$build_dir" != "$target_dir" ]; then
+    mkdir -p "$out"
+    for b in nvc nvc-runtime nvc-hook nvc-cuda-version; do
+        cp "$build_dir/$target/debug/$b" "$out/$b.new"
+        mv "$out/$b.new" "$out/$b"
+    done
+    exec 9>&-
+fi
 
 if [ "$(id -u)" = 0 ]; then
     if [ ! -x "$userland/sbin/ldconfig" ] || [ ! -x "$userland/bin/busybox" ]; then
@@ -91,4 +120,4 @@ if [ "$(id -u)" = 0 ]; then
             echo "cannot register qemu-aarch64 with binfmt_misc: container starts will fail" >&2
     fi
 fi
-echo "$target_dir/$target/debug"
+echo "$out"

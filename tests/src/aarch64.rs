@@ -24,12 +24,15 @@ pub const SYSROOT: &str = "/usr/aarch64-linux-gnu";
 pub const TARGET: &str = "aarch64-unknown-linux-gnu";
 
 /// The arm64 userland `scripts/cross-aarch64.sh` unpacks (`NVC_AARCH64_ROOT`, else
-/// `/var/cache/nvc-tests/aarch64/root`): Debian's arm64 `libc6`, `libc-bin` (its
-/// `/sbin/ldconfig`) and `busybox-static`.
+/// `aarch64/root` in `NVC_TESTS_CACHE`, `/var/cache/nvc-tests`): Debian's arm64 `libc6`,
+/// `libc-bin` (its `/sbin/ldconfig`) and `busybox-static`.
 pub fn userland() -> PathBuf {
-    std::env::var_os("NVC_AARCH64_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/nvc-tests/aarch64/root"))
+    if let Some(root) = std::env::var_os("NVC_AARCH64_ROOT") {
+        return PathBuf::from(root);
+    }
+    std::env::var_os("NVC_TESTS_CACHE")
+        .map_or_else(|| PathBuf::from("/var/cache/nvc-tests"), PathBuf::from)
+        .join("aarch64/root")
 }
 
 /// aarch64's `ldconfig` (static), from [`userland`].

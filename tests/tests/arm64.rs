@@ -424,7 +424,9 @@ fn an_aarch64_container_gets_a_cache_its_ldconfig_and_loader_read() {
     );
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("driver")).unwrap();
-    let fake = aarch64_driver(&dir.path().join("driver"));
+    let driver = dir.path().join("driver");
+    std::fs::create_dir(&driver).unwrap();
+    let fake = aarch64_driver(&driver);
     let bundle_dir = dir.path().join("bundle");
     let rootfs = bundle_dir.join("rootfs");
     aarch64_rootfs(dir.path(), &rootfs);
@@ -496,5 +498,108 @@ fn an_aarch64_container_gets_a_cache_its_ldconfig_and_loader_read() {
     assert!(
         ml.starts_with("libnvidia-ml=ok") && ml.contains(VERSION),
         "{ml}"
+    );
+}
+
+/// Reads an ELF file's `e_machine` (183: aarch64).
+fn elf_machine(path: &Path) -> u16 {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&bytes[..4], b"\x7fELF", "{} is not ELF", path.display());
+    u16::from_le_bytes([bytes[18], bytes[19]])
+}
+
+/// Runs a packaging script of the repository; the package's path is its last line.
+fn package(script: &str, args: &[&std::ffi::OsStr]) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(nvc_tests::repo_root().join("packaging").join(script))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(text(&out).lines().last().unwrap())
+}
+
+#[test]
+#[ignore = "needs root and the network (once, for Debian's arm64 userland): the aarch64 build, dpkg-deb, rpmbuild, qemu-user"]
+fn the_arm64_deb_and_rpm_hold_the_aarch64_build_which_runs() {
+    require_root("the aarch64 build's userland and rpmbuild's scratch folders");
+    let bins = aarch64_bins();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let native = nvc_native();
+    let common: [&std::ffi::OsStr; 6] = [
+        "--bin-dir".as_ref(),
+        bins.as_os_str(),
+        "--help-from".as_ref(),
+        native.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ];
+    let xz0: [&std::ffi::OsStr; 2] = ["--xz-level".as_ref(), "0".as_ref()];
+    let deb = package(
+        "build-deb.sh",
+        &[&["--arch".as_ref(), "arm64".as_ref()][..], &common, &xz0].concat(),
+    );
+    let rpm = package(
+        "build-rpm.sh",
+        &[&["--arch".as_ref(), "aarch64".as_ref()][..], &common, &xz0].concat(),
+    );
+    let field = |args: &[&str], package: &Path| {
+        let out = Command::new(args[0])
+            .args(&args[1..])
+            .arg(package)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        text(&out).trim().to_string()
+    };
+    let control = field(&["dpkg-deb", "--field"], &deb);
+    assert!(
+        control.lines().any(|l| l == "Architecture: arm64"),
+        "{control}"
+    );
+    assert_eq!(field(&["rpm", "-qp", "--qf", "%{ARCH}"], &rpm), "aarch64");
+
+    // The .deb's binaries are this build's aarch64 ones, and its nvc runs (under qemu-user)
+    // and reads an aarch64 driver.
+    let files = dir.path().join("deb");
+    let status = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(&files)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for name in ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"] {
+        assert_eq!(
+            elf_machine(&files.join("usr/bin").join(name)),
+            183,
+            "{name}"
+        );
+    }
+    let listed = field(&["rpm", "-qlp"], &rpm);
+    for name in ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"] {
+        assert!(
+            listed.lines().any(|l| l == format!("/usr/bin/{name}")),
+            "{name} missing from the RPM:\n{listed}"
+        );
+    }
+    let driver = dir.path().join("driver");
+    std::fs::create_dir(&driver).unwrap();
+    let fake = aarch64_driver(&driver);
+    let info = aarch64::qemu(files.join("usr/bin/nvc"))
+        .arg("info")
+        .env("NVC_CONFIG", &fake.config)
+        .output()
+        .unwrap();
+    assert!(info.status.success(), "{info:?}");
+    assert!(
+        text(&info).contains(&format!("Driver version:  {VERSION}")),
+        "{}",
+        text(&info)
     );
 }
