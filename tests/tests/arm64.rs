@@ -423,7 +423,6 @@ fn an_aarch64_container_gets_a_cache_its_ldconfig_and_loader_read() {
         "qemu-aarch64 is not registered with binfmt_misc: scripts/cross-aarch64.sh registers it, as root"
     );
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("driver")).unwrap();
     let driver = dir.path().join("driver");
     std::fs::create_dir(&driver).unwrap();
     let fake = aarch64_driver(&driver);
