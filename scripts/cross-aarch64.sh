@@ -97,6 +97,10 @@ if [ "$build_dir" != "$target_dir" ]; then
 fi
 
 if [ "$(id -u)" = 0 ]; then
+    # One fetch at a time: the suite runs this script beside the tests, which run it too.
+    mkdir -p "$cache"
+    exec 8>"$cache/userland.lock"
+    flock 8
     if [ ! -x "$userland/sbin/ldconfig" ] || [ ! -x "$userland/bin/busybox" ]; then
         apt_opts=(-o APT::Architecture=arm64 -o APT::Architectures::=arm64
             -o Dir::State::Lists="$cache/apt/lists" -o Dir::Cache="$cache/apt/cache"

@@ -165,6 +165,70 @@ impl Bundle {
         self
     }
 
+    /// Applies a CDI spec (as JSON) to the bundle the way CDI's own library does for
+    /// Podman and containerd: the spec's common edits, then those of each device named in
+    /// `devices` (env, device nodes with their cgroup rules, bind mounts, hooks), leaving
+    /// out the hooks `keep_hook` says no to.
+    ///
+    /// # Panics
+    ///
+    /// When the spec has no device of a name in `devices`, or a hook without `hookName`.
+    #[track_caller]
+    pub fn with_cdi_edits(
+        mut self,
+        spec: &Value,
+        devices: &[&str],
+        keep_hook: impl Fn(&Value) -> bool,
+    ) -> Self {
+        let mut edits = vec![&spec["containerEdits"]];
+        for name in devices {
+            let device = spec["devices"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|d| d["name"] == *name)
+                .unwrap_or_else(|| panic!("the CDI spec has no device {name}"));
+            edits.push(&device["containerEdits"]);
+        }
+        let list = |e: &Value, key: &str| e[key].as_array().cloned().unwrap_or_default();
+        for e in edits {
+            for env in list(e, "env") {
+                self = self.env(&[env.as_str().unwrap_or_default()]);
+            }
+            for n in list(e, "deviceNodes") {
+                self = self
+                    .set(
+                        "/linux/devices/-",
+                        json!({"path": n["path"], "type": "c", "major": n["major"],
+                               "minor": n["minor"], "fileMode": n["fileMode"],
+                               "uid": n["uid"], "gid": n["gid"]}),
+                    )
+                    .set(
+                        "/linux/resources/devices/-",
+                        json!({"allow": true, "type": "c", "major": n["major"],
+                               "minor": n["minor"], "access": "rwm"}),
+                    );
+            }
+            for m in list(e, "mounts") {
+                self = self.set(
+                    "/mounts/-",
+                    json!({"destination": m["containerPath"], "source": m["hostPath"],
+                           "type": "bind", "options": m["options"]}),
+                );
+            }
+            for h in list(e, "hooks").into_iter().filter(|h| keep_hook(h)) {
+                let stage = h["hookName"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("a CDI hook without hookName: {h}"));
+                self = self.set(
+                    &format!("/hooks/{stage}/-"),
+                    json!({"path": h["path"], "args": h["args"], "env": h["env"]}),
+                );
+            }
+        }
+        self
+    }
+
     /// Saves [`Bundle::config`] to `<dir>/config.json`.
     pub fn write(self) -> Result<Self, FakeError> {
         let path = self.config_path();

@@ -359,58 +359,17 @@ fn aarch64_config(fake: &FakeDriver, dir: &Path, bins: &Path) -> PathBuf {
     config
 }
 
-/// Applies the CDI spec's edits for every device to `bundle` as CDI's library does for
-/// Podman and containerd: env, device nodes with their cgroup rules, mounts, hooks.
-fn apply_cdi(mut bundle: Bundle, spec: &Value) -> Bundle {
-    let all = spec["devices"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|d| d["name"] == "all")
-        .expect("the spec has the device all");
-    for e in [&spec["containerEdits"], &all["containerEdits"]] {
-        for env in e["env"].as_array().into_iter().flatten() {
-            bundle = bundle.env(&[env.as_str().unwrap()]);
-        }
-        for n in e["deviceNodes"].as_array().into_iter().flatten() {
-            bundle = bundle
-                .set(
-                    "/linux/devices/-",
-                    json!({"path": n["path"], "type": "c", "major": n["major"], "minor": n["minor"],
-                           "fileMode": n["fileMode"], "uid": n["uid"], "gid": n["gid"]}),
-                )
-                .set(
-                    "/linux/resources/devices/-",
-                    json!({"allow": true, "type": "c", "major": n["major"], "minor": n["minor"],
-                           "access": "rwm"}),
-                );
-        }
-        for m in e["mounts"].as_array().into_iter().flatten() {
-            bundle = bundle.set(
-                "/mounts/-",
-                json!({"destination": m["containerPath"], "source": m["hostPath"],
-                       "type": "bind", "options": m["options"]}),
-            );
-        }
-        for h in e["hooks"].as_array().into_iter().flatten() {
-            // qemu-user 7.2 (Debian 12) has no open_tree(2): the mask over /proc/driver/nvidia
-            // cannot be mounted under it. It is left out here, and nothing else.
-            if h["args"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|a| a == "cdi-mask-proc")
-            {
-                continue;
-            }
-            let stage = h["hookName"].as_str().unwrap();
-            bundle = bundle.set(
-                &format!("/hooks/{stage}/-"),
-                json!({"path": h["path"], "args": h["args"], "env": h["env"]}),
-            );
-        }
-    }
-    bundle
+/// The CDI spec's edits for the device `all`, as CDI's library applies them, less the
+/// `cdi-mask-proc` hook: qemu-user 7.2 (Debian 12) has no open_tree(2), so the mask over
+/// /proc/driver/nvidia cannot be mounted under it. Nothing else is left out.
+fn apply_cdi(bundle: Bundle, spec: &Value) -> Bundle {
+    bundle.with_cdi_edits(spec, &["all"], |h| {
+        !h["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a == "cdi-mask-proc")
+    })
 }
 
 #[test]

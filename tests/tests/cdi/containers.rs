@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use nvc_tests::{add_compat_libcuda, runc_path, tree_digest, Bundle, Outcome, Runtime, TestRootfs};
 use serde_json::{json, Value};
 
-use super::{device, Host, LIB};
+use super::{Host, LIB};
 use nvc_tests::FakeDriverSpec;
 
 pub(super) const LIST_NODES: &str =
@@ -36,46 +36,6 @@ pub(super) fn gpu_nodes_inside(out: &str) -> Vec<String> {
         .into_iter()
         .filter(|n| n.contains(" 195:") && !n.contains(" 195:255") && !n.contains(" 195:254"))
         .collect()
-}
-
-/// Applies a CDI spec's edits for `devices` to a bundle the way CDI's own library does
-/// for Podman and containerd: env, device nodes with their cgroup rules, mounts, hooks.
-pub(super) fn apply_spec(mut bundle: Bundle, spec: &Value, devices: &[&str]) -> Bundle {
-    let mut edits = vec![&spec["containerEdits"]];
-    edits.extend(devices.iter().map(|d| &device(spec, d)["containerEdits"]));
-    for e in edits {
-        for env in e["env"].as_array().into_iter().flatten() {
-            bundle = bundle.env(&[env.as_str().unwrap()]);
-        }
-        for n in e["deviceNodes"].as_array().into_iter().flatten() {
-            bundle = bundle
-                .set(
-                    "/linux/devices/-",
-                    json!({"path": n["path"], "type": "c", "major": n["major"], "minor": n["minor"],
-                           "fileMode": n["fileMode"], "uid": n["uid"], "gid": n["gid"]}),
-                )
-                .set(
-                    "/linux/resources/devices/-",
-                    json!({"allow": true, "type": "c", "major": n["major"], "minor": n["minor"],
-                           "access": "rwm"}),
-                );
-        }
-        for m in e["mounts"].as_array().into_iter().flatten() {
-            bundle = bundle.set(
-                "/mounts/-",
-                json!({"destination": m["containerPath"], "source": m["hostPath"],
-                       "type": "bind", "options": m["options"]}),
-            );
-        }
-        for h in e["hooks"].as_array().into_iter().flatten() {
-            let stage = h["hookName"].as_str().unwrap();
-            bundle = bundle.set(
-                &format!("/hooks/{stage}/-"),
-                json!({"path": h["path"], "args": h["args"], "env": h["env"]}),
-            );
-        }
-    }
-    bundle
 }
 
 /// Runs `script` in a runc container from `rootfs` with the spec's `devices` applied.
@@ -108,7 +68,10 @@ pub(super) fn run_with_spec_and(
             json!({"destination": "/run/fake-proc", "type": "bind",
                    "source": h.fake.proc_root, "options": ["rbind", "ro"]}),
         );
-    let bundle = apply_spec(bundle, &spec, devices).write().unwrap();
+    let bundle = bundle
+        .with_cdi_edits(&spec, devices, |_| true)
+        .write()
+        .unwrap();
     let rt = Runtime::runc(&h.dir.path().join(format!("state-{n}")));
     rt.run(&bundle, &nvc_tests::container_id("nvc-cdi"))
 }
@@ -573,7 +536,10 @@ fn a_failing_cdi_hook_stops_the_container_with_its_reason() {
     let bundle = Bundle::new(&h.dir.path().join("bundle"), &rootfs.path)
         .unwrap()
         .args(&["sh", "-c", "echo started"]);
-    let bundle = apply_spec(bundle, &spec, &["0"]).write().unwrap();
+    let bundle = bundle
+        .with_cdi_edits(&spec, &["0"], |_| true)
+        .write()
+        .unwrap();
     let rt = Runtime::runc(&h.dir.path().join("state"));
     let out = rt.run(&bundle, &nvc_tests::container_id("nvc-cdi-bad"));
     assert!(!out.success(), "{out:?}");
