@@ -17,6 +17,12 @@ use super::{FileKind, MAX_LINKS};
 /// (`EAGAIN`) during a walk through `..`.
 const EAGAIN_RETRIES: usize = 128;
 
+/// How many of those retries follow at once; each later one waits a little longer first
+/// (50 µs more each time, at most 1 ms; about 0.1 s in all), so that a burst of mounts
+/// elsewhere on the host (a busy node, other containers starting) is waited out rather
+/// than answered with a failed start.
+const EAGAIN_AT_ONCE: usize = 16;
+
 /// `openat2(root, path, O_PATH, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, with
 /// `RESOLVE_NO_XDEV` unless `cross_mounts`: then any step onto another mount (a mount point
 /// on the way, or a link whose target is on another mount) fails with `EXDEV`.
@@ -57,7 +63,13 @@ fn openat2_retried(
     let mut tries = 0;
     loop {
         match rustix::fs::openat2(root, relative, flags, Mode::empty(), how) {
-            Err(Errno::AGAIN) if tries < EAGAIN_RETRIES => tries += 1,
+            Err(Errno::AGAIN) if tries < EAGAIN_RETRIES => {
+                tries += 1;
+                if tries > EAGAIN_AT_ONCE {
+                    let step = (tries - EAGAIN_AT_ONCE) as u64 * 50;
+                    std::thread::sleep(std::time::Duration::from_micros(step.min(1000)));
+                }
+            }
             Err(Errno::INTR) => {}
             result => return result,
         }
