@@ -561,3 +561,97 @@ fn the_arm64_deb_and_rpm_hold_the_aarch64_build_which_runs() {
         text(&info)
     );
 }
+
+#[test]
+#[ignore = "needs root and the network (once, for Debian's arm64 userland): rpm --root, chroot into an arm64 root through qemu-user and binfmt_misc"]
+fn the_aarch64_rpm_installs_and_erases_in_an_arm64_root() {
+    require_root("rpm --root, chroot and binfmt_misc");
+    let bins = aarch64_bins();
+    assert!(
+        Path::new("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists(),
+        "qemu-aarch64 is not registered with binfmt_misc: scripts/cross-aarch64.sh registers it, as root"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    aarch64_rootfs(dir.path(), &root);
+    // An arm64 system's tools for the scriptlets (busybox's applets, run through qemu),
+    // the libgcc_s nvc links, /dev/null, and the folders an RPM system has.
+    let chroot = |args: &[&str]| {
+        let out = Command::new("chroot")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "chroot {args:?}: {out:?}");
+        text(&out)
+    };
+    chroot(&["/bin/busybox", "--install", "-s"]);
+    std::fs::copy(
+        Path::new(aarch64::SYSROOT).join("lib/libgcc_s.so.1"),
+        root.join("lib/aarch64-linux-gnu/libgcc_s.so.1"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(root.join("dev")).unwrap();
+    let status = Command::new("mknod")
+        .args(["-m", "0666"])
+        .arg(root.join("dev/null"))
+        .args(["c", "1", "3"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for folder in [
+        "usr/share/doc",
+        "usr/lib/systemd/system",
+        "var/log",
+        "var/tmp",
+        "var/lib/rpm",
+        "var/run/cdi",
+    ] {
+        std::fs::create_dir_all(root.join(folder)).unwrap();
+    }
+    let digest = || -> String {
+        nvc_tests::tree_digest(&root)
+            .lines()
+            .filter(|l| !l.starts_with("./var/lib/rpm"))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    let before = digest();
+
+    let out = dir.path().join("out");
+    let native = nvc_native();
+    let package_args: [&std::ffi::OsStr; 10] = [
+        "--arch".as_ref(),
+        "aarch64".as_ref(),
+        "--bin-dir".as_ref(),
+        bins.as_os_str(),
+        "--help-from".as_ref(),
+        native.as_os_str(),
+        "--xz-level".as_ref(),
+        "0".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ];
+    let rpm_file = package("build-rpm.sh", &package_args);
+    let rpm = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new("rpm")
+            .arg("--root")
+            .arg(&root)
+            .args(["--dbpath", "/var/lib/rpm", "--nodeps"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "rpm {args:?}: {out:?}");
+    };
+    // Installed with its scriptlets, which run in the arm64 root.
+    rpm(&["-i".as_ref(), "--ignorearch".as_ref(), rpm_file.as_os_str()]);
+    for name in ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"] {
+        assert_eq!(elf_machine(&root.join("usr/bin").join(name)), 183, "{name}");
+    }
+    assert!(root.join("etc/nvc/config.toml").is_file());
+    let version = chroot(&["/usr/bin/nvc", "--version"]);
+    assert!(version.starts_with("nvc "), "{version}");
+    // Erased, the prerm and postrm run there too: the root is as it was.
+    rpm(&["-e".as_ref(), "nvc".as_ref()]);
+    assert_eq!(digest(), before);
+}
