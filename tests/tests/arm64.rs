@@ -372,15 +372,21 @@ fn apply_cdi(bundle: Bundle, spec: &Value) -> Bundle {
     })
 }
 
+/// qemu-aarch64 registered with binfmt_misc, for aarch64 programs the kernel starts itself
+/// (runc's hooks and container process, chroot).
+fn require_binfmt() {
+    assert!(
+        Path::new("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists(),
+        "qemu-aarch64 is not registered with binfmt_misc: scripts/cross-aarch64.sh registers it, as root"
+    );
+}
+
 #[test]
 #[ignore = "needs root and the network (once, for Debian's arm64 userland): runc, qemu-user through binfmt_misc for the aarch64 hooks and image"]
 fn an_aarch64_container_gets_a_cache_its_ldconfig_and_loader_read() {
     require_root("runc, device nodes, aarch64's ldconfig -r, binfmt_misc");
     let bins = aarch64_bins();
-    assert!(
-        Path::new("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists(),
-        "qemu-aarch64 is not registered with binfmt_misc: scripts/cross-aarch64.sh registers it, as root"
-    );
+    require_binfmt();
     let dir = tempfile::tempdir().unwrap();
     let driver = dir.path().join("driver");
     std::fs::create_dir(&driver).unwrap();
@@ -567,10 +573,7 @@ fn the_arm64_deb_and_rpm_hold_the_aarch64_build_which_runs() {
 fn the_aarch64_rpm_installs_and_erases_in_an_arm64_root() {
     require_root("rpm --root, chroot and binfmt_misc");
     let bins = aarch64_bins();
-    assert!(
-        Path::new("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists(),
-        "qemu-aarch64 is not registered with binfmt_misc: scripts/cross-aarch64.sh registers it, as root"
-    );
+    require_binfmt();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     aarch64_rootfs(dir.path(), &root);
