@@ -153,6 +153,11 @@ pub fn run(command: &CdiCommand) -> Result<(), CdiError> {
 fn host_spec(strategy: StrategyArg) -> Result<Spec, CdiError> {
     let (config, _) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc");
+    spec_for(&config, strategy)
+}
+
+/// The spec for this host, per `config`.
+pub(crate) fn spec_for(config: &Config, strategy: StrategyArg) -> Result<Spec, CdiError> {
     let driver = discover::discover(
         &DriverRoots::from_config(&config.driver),
         &nvc_host::probe::RealHost,
@@ -180,11 +185,14 @@ fn generate(args: &GenerateArgs) -> Result<(), CdiError> {
         None => std::io::stdout()
             .write_all(text.as_bytes())
             .map_err(io_error("write", Path::new("stdout"))),
-        Some(path) => {
-            files::remove_stale_temp_files(path, SPEC_WRITE.symlink)?;
-            Ok(files::write_atomic(path, text.as_bytes(), &SPEC_WRITE)?)
-        }
+        Some(path) => write_spec(path, &text),
     }
+}
+
+/// Writes a spec's text to `path` as `--output` does.
+pub(crate) fn write_spec(path: &Path, text: &str) -> Result<(), CdiError> {
+    files::remove_stale_temp_files(path, SPEC_WRITE.symlink)?;
+    Ok(files::write_atomic(path, text.as_bytes(), &SPEC_WRITE)?)
 }
 
 fn list(args: &ListArgs) -> Result<(), CdiError> {

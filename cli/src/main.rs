@@ -7,6 +7,7 @@ mod check;
 mod commands;
 mod configure;
 mod leases;
+mod node;
 
 use std::process::ExitCode;
 
@@ -51,6 +52,12 @@ enum Command {
     Attach(attach::AttachArgs),
     /// Take GPUs from a running container (its nodes and device cgroup; files stay).
     Detach(attach::AttachArgs),
+    /// Install nvc on a Kubernetes node from a container, and take it off (the
+    /// DaemonSet of packaging/kubernetes/).
+    Node {
+        #[command(subcommand)]
+        command: node::NodeCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -82,6 +89,7 @@ fn main() -> ExitCode {
         Command::Cdi { command } => cdi::run(&command).map_err(Into::into),
         Command::Attach(args) => attach::attach(&args).map_err(Into::into),
         Command::Detach(args) => attach::detach(&args).map_err(Into::into),
+        Command::Node { command } => node::run(&command).map_err(Into::into),
         Command::Check(args) => match check::run(&args) {
             // `nvc check` prints its own table; its status says whether GPU containers
             // can start.

@@ -1,5 +1,12 @@
 //! nvc's configuration: `/etc/nvc/config.toml`, or the file named by `NVC_CONFIG`.
 //!
+//! A self-contained install (the node installer's `/opt/nvc`: `bin/` with the binaries,
+//! `etc/config.toml` beside it) is found without either: when `NVC_CONFIG` is unset and
+//! `/etc/nvc/config.toml` does not exist, a program reads `../etc/config.toml` from its
+//! own folder, if that exists ([`Config::beside_executable`]). Neither engine can set an
+//! environment variable for the runtime it runs, and an immutable node's `/etc` may not
+//! be ours to write; a host with a packaged nvc never gets that far.
+//!
 //! A missing file means the defaults; a malformed one is an error naming the file,
 //! the line and the key. [`DEFAULT_TOML`] is the shipped, commented file.
 
@@ -292,18 +299,54 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// The file to read: `NVC_CONFIG` when set and not empty, else [`DEFAULT_PATH`].
+    /// The file to read: `NVC_CONFIG` when set and not empty; else [`DEFAULT_PATH`], or,
+    /// when that does not exist, the install's own file ([`Config::beside_executable`])
+    /// if there is one.
     pub fn path_from_env() -> PathBuf {
         match std::env::var_os(CONFIG_ENV) {
             Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => PathBuf::from(DEFAULT_PATH),
+            _ if Path::new(DEFAULT_PATH).exists() => PathBuf::from(DEFAULT_PATH),
+            _ => Self::beside_executable().unwrap_or_else(|| PathBuf::from(DEFAULT_PATH)),
         }
     }
 
-    /// Loads the file named by `NVC_CONFIG`, or [`DEFAULT_PATH`].
+    /// `../etc/config.toml` from the running program's folder (`/opt/nvc/bin/nvc-runtime`
+    /// reads `/opt/nvc/etc/config.toml`), when it exists.
+    pub fn beside_executable() -> Option<PathBuf> {
+        let exe = std::env::current_exe().ok()?;
+        let path = exe.parent()?.parent()?.join("etc/config.toml");
+        path.is_file().then_some(path)
+    }
+
+    /// Reads the file [`Config::path_from_env`] names, stat-free when `NVC_CONFIG` is set
+    /// or [`DEFAULT_PATH`] is there: `None` when there is none.
+    fn read_from_env() -> Result<(Option<String>, PathBuf), ConfigError> {
+        let named = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty());
+        let path = named
+            .clone()
+            .map_or_else(|| PathBuf::from(DEFAULT_PATH), PathBuf::from);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok((Some(text), path)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match named.is_none().then(Self::beside_executable).flatten() {
+                    Some(own) => match std::fs::read_to_string(&own) {
+                        Ok(text) => Ok((Some(text), own)),
+                        Err(source) => Err(ConfigError::Read { path: own, source }),
+                    },
+                    None => Ok((None, path)),
+                }
+            }
+            Err(source) => Err(ConfigError::Read { path, source }),
+        }
+    }
+
+    /// Loads the file named by `NVC_CONFIG`, or [`DEFAULT_PATH`], or the install's own
+    /// ([`Config::path_from_env`]).
     pub fn load_from_env() -> Result<(Config, PathBuf), ConfigError> {
-        let path = Self::path_from_env();
-        Self::load(&path).map(|c| (c, path))
+        match Self::read_from_env()? {
+            (Some(text), path) => Self::parse(&text, &path).map(|c| (c, path)),
+            (None, path) => Ok((Config::default(), path)),
+        }
     }
 
     /// Loads `path`; a missing file gives the defaults.
@@ -318,18 +361,13 @@ impl Config {
         }
     }
 
-    /// `[runtime]` and `[log]` of the file named by `NVC_CONFIG`, or [`DEFAULT_PATH`],
-    /// and that path: what the runtime shim needs to pass on a container that asks for
-    /// no GPU. A plain file is scanned for the two sections only; any other is parsed
+    /// `[runtime]` and `[log]` of the file [`Config::load_from_env`] reads, and that
+    /// path: what the runtime shim needs to pass on a container that asks for no GPU. A plain file is scanned for the two sections only; any other is parsed
     /// in full, with the errors of [`Config::load`]. A missing file gives the defaults.
     pub fn load_shim_keys_from_env() -> Result<(ShimKeys, PathBuf), ConfigError> {
-        let path = Self::path_from_env();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok((ShimKeys::default(), path))
-            }
-            Err(source) => return Err(ConfigError::Read { path, source }),
+        let (text, path) = match Self::read_from_env()? {
+            (Some(text), path) => (text, path),
+            (None, path) => return Ok((ShimKeys::default(), path)),
         };
         let keys = match shim_keys::scan(&text) {
             Some(keys) => keys,

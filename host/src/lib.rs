@@ -35,6 +35,7 @@ pub mod ldcache;
 pub mod leases;
 pub mod lifecycle;
 pub mod logging;
+pub mod node;
 pub mod phases;
 pub mod privileges;
 pub mod probe;

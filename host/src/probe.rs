@@ -57,13 +57,34 @@ impl HostProbe for RealHost {
     }
 
     fn cuda_driver_version(&self, libcuda: &Path) -> Result<i32, ProbeError> {
-        crate::cuda_driver_version(libcuda).map_err(|e| ProbeError {
+        // A static nvc asks nvc-cuda-version beside it (dynamic, the host's libc) instead
+        // of loading libcuda itself.
+        let asked = if cfg!(target_feature = "crt-static") {
+            let helper = std::env::current_exe()
+                .ok()
+                .and_then(|e| e.parent().map(|d| d.join("nvc-cuda-version")))
+                .unwrap_or_else(|| "nvc-cuda-version".into());
+            crate::cuda_driver_version_by(&helper, libcuda)
+        } else {
+            crate::cuda_driver_version(libcuda)
+        };
+        asked.map_err(|e| ProbeError {
             library: libcuda.to_path_buf(),
             source: Box::new(e),
         })
     }
 
     fn gpu_details(&self, nvml: &Path, uuids: &[&str]) -> Result<Vec<GpuDetails>, ProbeError> {
+        // A static nvc (the node installer's) cannot load a shared library that needs the
+        // host's libc beside its own copy of glibc: it goes without NVML's columns.
+        if cfg!(target_feature = "crt-static") {
+            return Err(ProbeError {
+                library: nvml.to_path_buf(),
+                source: "this nvc is linked statically and does not load NVML; the \
+                         packaged (dynamic) nvc does"
+                    .into(),
+            });
+        }
         let lib = Nvml::builder()
             .lib_path(nvml.as_os_str())
             .init()

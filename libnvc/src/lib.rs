@@ -16,6 +16,7 @@ pub mod edits;
 pub mod elf;
 pub mod ldcache;
 pub mod lease;
+pub mod node;
 pub mod oci;
 pub mod plan;
 pub mod probe;

@@ -83,7 +83,8 @@ fn run(runc: &RuncArgs, args: &[OsString]) -> Result<Infallible, ShimError> {
     let config_path = std::path::absolute(&config_path).unwrap_or(config_path);
     let source = ConfigSource {
         path: &config_path,
-        from_env: std::env::var_os(nvc_config::CONFIG_ENV).is_some_and(|v| !v.is_empty()),
+        // NVC_CONFIG's file, or the install's own beside the shim: the hook is told it.
+        from_env: config_path != std::path::Path::new(nvc_config::DEFAULT_PATH),
     };
     bundle::prepare(
         &bundle,

@@ -106,6 +106,36 @@ pub struct ConfigureArgs {
     /// Undo: remove nvc's runtime, drop-in, hook file or link (backups stay).
     #[arg(long, conflicts_with_all = ["set_as_default", "cdi"])]
     revert: bool,
+    /// Leave out the closing "restart the engine" line (`nvc node` restarts it itself).
+    #[arg(skip)]
+    no_restart_hint: bool,
+}
+
+impl ConfigureArgs {
+    /// What `nvc node install` asks for: `engine`'s main config file `config`, the
+    /// runtime `runtime_name` at `runtime_path`, CDI on for containerd.
+    pub(crate) fn for_node(
+        engine: Engine,
+        config: PathBuf,
+        runtime_name: String,
+        runtime_path: PathBuf,
+    ) -> ConfigureArgs {
+        ConfigureArgs {
+            runtime: engine,
+            config: Some(config),
+            drop_in: None,
+            runtime_name,
+            runtime_path,
+            hook_path: None,
+            set_as_default: false,
+            cdi: engine == Engine::Containerd,
+            gpus_alias: false,
+            alias_dir: None,
+            dry_run: false,
+            revert: false,
+            no_restart_hint: true,
+        }
+    }
 }
 
 /// Why configuring failed. Nothing is written unless every file could be worked out.
@@ -289,7 +319,7 @@ pub fn run(args: &ConfigureArgs) -> Result<(), ConfigureError> {
             change.apply()?;
         }
     }
-    if !args.dry_run {
+    if !args.dry_run && !args.no_restart_hint {
         match args.runtime {
             Engine::Podman => {}
             Engine::Crio => say!("restart CRI-O to apply: systemctl restart crio"),

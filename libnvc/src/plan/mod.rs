@@ -187,7 +187,8 @@ pub struct ConfigSource<'a> {
     /// The config file read (or the default path, when none was there). Absolute when
     /// `from_env`: runc does not promise the hook's working directory.
     pub path: &'a Path,
-    /// Whether `NVC_CONFIG` named it; the hook is then told the same file.
+    /// Whether it is another file than `/etc/nvc/config.toml` (`NVC_CONFIG` named it, or
+    /// it is the install's own beside the binaries); the hook is then told the same file.
     pub from_env: bool,
 }
 
