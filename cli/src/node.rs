@@ -167,6 +167,9 @@ pub struct ReadyArgs {
 /// What is installed on the node, from the folder the binaries are taken from.
 const BINARIES: [&str; 4] = ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"];
 
+/// How long containerd may take to come back after SIGHUP (its unit's RestartSec is 5 s).
+const ENGINE_BACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The record's name in the install folder.
 const RECORD: &str = "node-install.json";
 
@@ -447,13 +450,15 @@ fn install(args: &NodeArgs) -> Result<(), NodeCliError> {
     let config_text = node_config(args, &base)?;
 
     effects::enter_root(&args.host_root)?;
-    let config = Config::parse(&config_text, &args.install_dir.join("etc/config.toml"))
-        .map_err(|e| NodeCliError::BaseConfig {
-            path: args
-                .nvc_config
-                .clone()
-                .unwrap_or_else(|| PathBuf::from("(defaults)")),
-            source: e.into(),
+    let config =
+        Config::parse(&config_text, &args.install_dir.join("etc/config.toml")).map_err(|e| {
+            NodeCliError::BaseConfig {
+                path: args
+                    .nvc_config
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("(defaults)")),
+                source: e.into(),
+            }
         })?;
 
     // Checks first: nothing is written unless the node can take nvc.
@@ -619,6 +624,12 @@ fn reload(args: &NodeArgs) -> Result<(), NodeCliError> {
                 "sent SIGHUP to {engine} (pid {pid}, serving {})",
                 socket.display()
             );
+            // containerd exits on it and comes back by its unit: done when another
+            // process serves the socket. (CRI-O reloads in place.)
+            if args.engine == NodeEngine::Containerd {
+                let back = effects::wait_for_new_engine(&socket, pid, ENGINE_BACK_TIMEOUT)?;
+                say!("{engine} is back (pid {back})");
+            }
         }
         Reload::Systemd => {
             let unit = args.systemd_unit.as_deref().unwrap_or(engine);

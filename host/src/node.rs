@@ -48,6 +48,19 @@ pub enum NodeError {
         /// The socket.
         socket: PathBuf,
     },
+    /// The engine did not come back after SIGHUP.
+    #[error(
+        "no new engine serves {socket} {secs}s after SIGHUP ({last}): is it run by a \
+         systemd unit with Restart=always? restart it by hand, or use --reload systemd"
+    )]
+    NotBack {
+        /// The socket.
+        socket: PathBuf,
+        /// How long was waited.
+        secs: u64,
+        /// The last answer.
+        last: String,
+    },
     /// systemctl failed.
     #[error("`systemctl restart {unit}` on the node failed ({status}): {stderr}")]
     Systemctl {
@@ -261,6 +274,34 @@ pub fn signal_engine(socket: &Path) -> Result<u32, NodeError> {
     rustix::process::kill_process(target, rustix::process::Signal::HUP)
         .map_err(|e| io_error("signal the engine behind", socket)(e.into()))?;
     Ok(pid)
+}
+
+/// Waits until a process other than `old` serves `socket` (the engine, started again
+/// after it exited); returns its pid.
+pub fn wait_for_new_engine(
+    socket: &Path,
+    old: u32,
+    timeout: std::time::Duration,
+) -> Result<u32, NodeError> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match engine_pid(socket) {
+            Ok(pid) if pid != old => return Ok(pid),
+            result => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(NodeError::NotBack {
+                        socket: socket.to_path_buf(),
+                        secs: timeout.as_secs(),
+                        last: match result {
+                            Ok(pid) => format!("pid {pid} still serves it"),
+                            Err(e) => libnvc::report::error_chain(&e),
+                        },
+                    });
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 /// `systemctl restart UNIT`, the node's own systemctl, run in the node's root (the

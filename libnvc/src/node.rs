@@ -230,8 +230,14 @@ mod tests {
         ]);
         let after = tree(&[
             ("/etc/containerd", dir()),
-            ("/etc/containerd/config.toml", file("version = 2\nimports = []\n")),
-            ("/etc/containerd/config.toml.nvc-backup", file("version = 2\n")),
+            (
+                "/etc/containerd/config.toml",
+                file("version = 2\nimports = []\n"),
+            ),
+            (
+                "/etc/containerd/config.toml.nvc-backup",
+                file("version = 2\n"),
+            ),
             ("/etc/containerd/conf.d", dir()),
             ("/etc/containerd/conf.d/99-nvc.toml", file("# nvc\n")),
         ]);
@@ -305,11 +311,17 @@ mod tests {
     #[test]
     fn the_record_round_trips_through_json() {
         let r = record(
-            tree(&[("/a", file("x")), ("/b", Entry::Symlink {
-                target: "/a".into(),
-                uid: 1,
-                gid: 2,
-            })]),
+            tree(&[
+                ("/a", file("x")),
+                (
+                    "/b",
+                    Entry::Symlink {
+                        target: "/a".into(),
+                        uid: 1,
+                        gid: 2,
+                    },
+                ),
+            ]),
             None,
         );
         let text = serde_json::to_string_pretty(&r).unwrap();

@@ -9,7 +9,7 @@ use crate::{container_id, Outcome};
 
 use super::archive::oci_archive_running;
 use super::daemon::{cgroup_name, isolated, remove_cgroups, Daemon};
-use super::debian_root::EngineRoot;
+use super::debian_root::{EngineRoot, RootView};
 use super::{
     engine_path, find_program, mkdirs, oci_archive, run_command, EngineError, ENGINE_TIMEOUT,
 };
@@ -217,6 +217,48 @@ impl Containerd {
             )),
         };
         Containerd::launch(dir, config, command, client)
+    }
+
+    /// The containerd of `root` as a node runs it: in `view` (the node's files placed
+    /// over the root's; `binds` must include `dir`, where its state and socket are),
+    /// reading the config `config` (a path in the view, e.g. `/etc/containerd/config.toml`,
+    /// whose paths are under `dir`), started again whenever it exits, as its systemd unit
+    /// does (`Restart=always`). `ctr` runs with `view`'s binds.
+    pub fn start_node(
+        root: &EngineRoot,
+        view: &RootView,
+        dir: &Path,
+        config: &Path,
+        env: &[(&str, &OsStr)],
+    ) -> Result<Containerd, EngineError> {
+        let (dir, _) = Containerd::prepare(dir)?;
+        let view = RootView {
+            restart_always: true,
+            ..view.clone()
+        };
+        let mut command = root.command_in("/usr/bin/containerd", &view);
+        command
+            .arg("--config")
+            .arg(config)
+            .env("TMPDIR", dir.join("tmp"));
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let client = CtrClient {
+            ctr: PathBuf::from("/usr/bin/ctr"),
+            socket: dir.join("containerd.sock"),
+            namespace: cgroup_name("containerd"),
+            io_dir: dir.join("io"),
+            root: Some((root.clone(), view.binds.clone(), None)),
+        };
+        Containerd::launch(dir, config.to_path_buf(), command, client)
+    }
+
+    /// `ctr images import` of the OCI archive `archive` (a path `ctr` sees) into the CRI
+    /// plugin's namespace, under the names its index gives.
+    pub fn import_oci_for_cri(&self, archive: &Path) -> Result<(), EngineError> {
+        let out = self.import_archive(CRI_NAMESPACE, archive);
+        EngineError::check("import an OCI archive for the CRI plugin", out).map(drop)
     }
 
     /// Makes `dir`'s folders and, unless there is one, its config; returns both paths.

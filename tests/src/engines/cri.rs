@@ -238,6 +238,20 @@ impl CriClient {
         Ok(response.pod_sandbox_id)
     }
 
+    /// `StopContainer`: SIGTERM, SIGKILL after `timeout`.
+    pub fn stop_container(&self, id: &str, timeout: Duration) -> Result<(), CriError> {
+        let request = api::StopContainerRequest {
+            container_id: id.into(),
+            timeout: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        };
+        let _: Empty = self.call(
+            "StopContainer",
+            "/runtime.v1.RuntimeService/StopContainer",
+            request,
+        )?;
+        Ok(())
+    }
+
     /// `StopPodSandbox`.
     pub fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
         let request = PodSandboxIdRequest {

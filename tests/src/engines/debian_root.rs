@@ -32,6 +32,11 @@ use super::{run_command, EngineError};
 /// mounts): the fake driver's nodes, where a host with the driver has them. The host's
 /// `/dev` is not changed.
 ///
+/// `NVC_ENGINE_RESTART`: the shell stays the namespace's first process and starts the
+/// program again whenever it exits, until it gets SIGTERM itself (which it passes on):
+/// systemd's `Restart=always`, which containerd's unit has, so that a program that
+/// restarts the engine (`nvc node`, with SIGHUP) finds it back, its containers kept.
+///
 /// `NVC_ENGINE_PLACED`: `PATH=HOST` pairs, the host file or folder bound over `PATH` of the
 /// root (a folder missing there is made, empty, in the shared root; a file must be there
 /// already). `NVC_ENGINE_UID`: the user the program runs as, after `/` is made shared (what
@@ -71,12 +76,24 @@ pivot_root . .oldroot
 cd /
 umount -l /.oldroot
 U=$NVC_ENGINE_UID
+RESTART=$NVC_ENGINE_RESTART
 unset NVC_ENGINE_ROOT NVC_ENGINE_BINDS NVC_ENGINE_PLACED NVC_ENGINE_LEGACY_CGROUPS NVC_ENGINE_UID \
-  NVC_ENGINE_DEV_NODES
+  NVC_ENGINE_DEV_NODES NVC_ENGINE_RESTART
 if [ -n "$U" ]; then
   mount --make-rshared /
   install -d -m 0700 -o "$U" -g "$U" "$XDG_RUNTIME_DIR"
   exec setpriv --reuid="$U" --regid="$U" --init-groups -- "$@"
+fi
+if [ -n "$RESTART" ]; then
+  stop=
+  trap 'stop=1; kill -TERM "$pid" 2>/dev/null || true' TERM
+  while :; do
+    "$@" &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do wait "$pid" || true; done
+    [ -z "$stop" ] || exit 0
+    echo "nvc-engine-root: $1 exited; starting it again (Restart=always)" >&2
+  done
 fi
 exec "$@""#;
 
@@ -102,6 +119,9 @@ pub struct RootView {
     /// node and binds the spec's `linux.devices` from their paths there instead (runc,
     /// crun), which is how CDI devices reach a rootless container.
     pub dev_nodes: Option<PathBuf>,
+    /// Start the program again whenever it exits, as systemd's `Restart=always` does;
+    /// until the namespace's first process gets SIGTERM.
+    pub restart_always: bool,
 }
 
 /// A user of a root for rootless engines, known to the commands run as it alone: the root's
@@ -259,6 +279,10 @@ impl EngineRoot {
             .env(
                 "NVC_ENGINE_LEGACY_CGROUPS",
                 if view.legacy_cgroups { "1" } else { "" },
+            )
+            .env(
+                "NVC_ENGINE_RESTART",
+                if view.restart_always { "1" } else { "" },
             )
             .env(
                 "PATH",

@@ -28,7 +28,7 @@ use super::{
 };
 
 /// The RuntimeClass handler `nvc runtime configure` registers.
-const HANDLER: &str = "nv";
+pub(super) const HANDLER: &str = "nv";
 
 /// Where the device plugin's `volume-mounts` strategy puts a container's GPUs.
 const DEVICE_MOUNTS: &str = "/var/run/nvidia-container-devices";
@@ -38,7 +38,7 @@ const DEVICE_MOUNTS: &str = "/var/run/nvidia-container-devices";
 const CDI_ANNOTATION: &str = "cdi.k8s.io/nvidia-device-plugin_e5a0f26b";
 
 /// How long a pod's container may run.
-const POD_TIMEOUT: Duration = Duration::from_secs(120);
+pub(super) const POD_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// After PROBE: whether a device mount reached the container (nvc takes them out of the
 /// spec once it has read the GPUs from them).
@@ -58,16 +58,16 @@ const SECURE: &str = "\n[requests]\naccept-devices-as-volume-mounts = true\n\
 /// What a container asks for, in the shape the kubelet passes on from a device plugin's
 /// Allocate answer.
 #[derive(Default)]
-struct Ask {
-    env: Vec<(String, String)>,
+pub(super) struct Ask {
+    pub(super) env: Vec<(String, String)>,
     /// Names under [`DEVICE_MOUNTS`], each a bind mount of `/dev/null`.
-    device_mounts: Vec<String>,
-    annotations: Vec<(String, String)>,
-    cdi_devices: Vec<String>,
+    pub(super) device_mounts: Vec<String>,
+    pub(super) annotations: Vec<(String, String)>,
+    pub(super) cdi_devices: Vec<String>,
 }
 
 impl Ask {
-    fn env(key: &str, value: &str) -> Ask {
+    pub(super) fn env(key: &str, value: &str) -> Ask {
         Ask {
             env: vec![(key.into(), value.into())],
             ..Ask::default()
@@ -142,79 +142,15 @@ impl<'w> Node<'w> {
         }
     }
 
-    /// The kubelet's sandbox for pod `name`: the node's network, the pod's own PID and
-    /// IPC namespaces, its cgroups under the containerd harness's cgroup (removed when
-    /// containerd is), logs under the test's folder.
+    /// The kubelet's sandbox for pod `name` ([`sandbox_config`]).
     fn sandbox(&self, name: &str) -> PodSandboxConfig {
-        PodSandboxConfig {
-            metadata: Some(PodSandboxMetadata {
-                name: name.into(),
-                uid: container_id("uid"),
-                namespace: "default".into(),
-                attempt: 0,
-            }),
-            hostname: String::new(),
-            log_directory: self.w.path("pods").join(name).display().to_string(),
-            labels: HashMap::from([("app".into(), name.into())]),
-            annotations: HashMap::new(),
-            linux: Some(LinuxPodSandboxConfig {
-                cgroup_parent: format!("/{}", self.containerd.namespace),
-                security_context: Some(LinuxSandboxSecurityContext {
-                    namespace_options: Some(namespaces()),
-                    privileged: false,
-                }),
-            }),
-        }
+        sandbox_config(self.w, name, &self.containerd.namespace)
     }
 
     /// A pod `name` whose one unprivileged container runs PROBE (and `more`) with `ask`
     /// and the fake proc tree, through the `nv` handler, to its end.
     fn run(&self, name: &str, ask: Ask, more: &str) -> Outcome {
-        let mut envs = vec![KeyValue {
-            key: "NVC_FAKE_PROC".into(),
-            value: "/run/fake-proc".into(),
-        }];
-        envs.extend(
-            ask.env
-                .into_iter()
-                .map(|(key, value)| KeyValue { key, value }),
-        );
-        let mut mounts = vec![Mount {
-            container_path: "/run/fake-proc".into(),
-            host_path: self.w.fake.proc_root.display().to_string(),
-            readonly: true,
-        }];
-        mounts.extend(ask.device_mounts.iter().map(|id| Mount {
-            container_path: format!("{DEVICE_MOUNTS}/{id}"),
-            host_path: "/dev/null".into(),
-            readonly: false,
-        }));
-        let container = ContainerConfig {
-            metadata: Some(ContainerMetadata {
-                name: "probe".into(),
-                attempt: 0,
-            }),
-            image: Some(ImageSpec {
-                image: CTR_IMAGE.into(),
-            }),
-            command: vec!["sh".into(), "-c".into(), format!("{PROBE}{more}")],
-            envs,
-            mounts,
-            annotations: ask.annotations.into_iter().collect(),
-            log_path: "probe/0.log".into(),
-            linux: Some(LinuxContainerConfig {
-                security_context: Some(LinuxContainerSecurityContext {
-                    privileged: false,
-                    namespace_options: Some(namespaces()),
-                }),
-            }),
-            cdi_devices: ask
-                .cdi_devices
-                .into_iter()
-                .map(|name| CdiDevice { name })
-                .collect(),
-            ..ContainerConfig::default()
-        };
+        let container = probe_container(self.w, ask, more);
         let sandbox = self.sandbox(name);
         let result = self
             .cri
@@ -240,9 +176,84 @@ impl<'w> Node<'w> {
     }
 }
 
+/// The kubelet's sandbox for pod `name`: the node's network, the pod's own PID and IPC
+/// namespaces, its cgroups under `cgroup` (the engine harness's, removed with it), logs
+/// under the test's folder.
+pub(super) fn sandbox_config(w: &World, name: &str, cgroup: &str) -> PodSandboxConfig {
+    PodSandboxConfig {
+        metadata: Some(PodSandboxMetadata {
+            name: name.into(),
+            uid: container_id("uid"),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        hostname: String::new(),
+        log_directory: w.path("pods").join(name).display().to_string(),
+        labels: HashMap::from([("app".into(), name.into())]),
+        annotations: HashMap::new(),
+        linux: Some(LinuxPodSandboxConfig {
+            cgroup_parent: format!("/{cgroup}"),
+            security_context: Some(LinuxSandboxSecurityContext {
+                namespace_options: Some(namespaces()),
+                privileged: false,
+            }),
+        }),
+    }
+}
+
+/// The one unprivileged container of a probe pod: PROBE (and `more`) with `ask` and the
+/// fake proc tree.
+pub(super) fn probe_container(w: &World, ask: Ask, more: &str) -> ContainerConfig {
+    let mut envs = vec![KeyValue {
+        key: "NVC_FAKE_PROC".into(),
+        value: "/run/fake-proc".into(),
+    }];
+    envs.extend(
+        ask.env
+            .into_iter()
+            .map(|(key, value)| KeyValue { key, value }),
+    );
+    let mut mounts = vec![Mount {
+        container_path: "/run/fake-proc".into(),
+        host_path: w.fake.proc_root.display().to_string(),
+        readonly: true,
+    }];
+    mounts.extend(ask.device_mounts.iter().map(|id| Mount {
+        container_path: format!("{DEVICE_MOUNTS}/{id}"),
+        host_path: "/dev/null".into(),
+        readonly: false,
+    }));
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: "probe".into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: CTR_IMAGE.into(),
+        }),
+        command: vec!["sh".into(), "-c".into(), format!("{PROBE}{more}")],
+        envs,
+        mounts,
+        annotations: ask.annotations.into_iter().collect(),
+        log_path: "probe/0.log".into(),
+        linux: Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                privileged: false,
+                namespace_options: Some(namespaces()),
+            }),
+        }),
+        cdi_devices: ask
+            .cdi_devices
+            .into_iter()
+            .map(|name| CdiDevice { name })
+            .collect(),
+        ..ContainerConfig::default()
+    }
+}
+
 /// The namespaces of a host-network pod as the kubelet sets them (for the sandbox and
 /// each container): the node's network, the pod's IPC, the container's own PID.
-fn namespaces() -> NamespaceOption {
+pub(super) fn namespaces() -> NamespaceOption {
     NamespaceOption {
         network: NamespaceMode::Node.into(),
         pid: NamespaceMode::Container.into(),
@@ -253,7 +264,7 @@ fn namespaces() -> NamespaceOption {
 /// An [`Outcome`] for the probe's assertions: the container's stdout and stderr from its
 /// CRI log and its exit code, or, when the runtime refused it, the CRI error (what
 /// `kubectl describe pod` shows) as stderr.
-fn outcome(name: &str, result: Result<ExitedContainer, CriError>) -> Outcome {
+pub(super) fn outcome(name: &str, result: Result<ExitedContainer, CriError>) -> Outcome {
     let command = format!("CRI pod {name}");
     match result {
         Ok(exited) => Outcome {

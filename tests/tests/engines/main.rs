@@ -39,6 +39,7 @@ mod cri;
 mod crun;
 mod deb;
 mod docker;
+mod node;
 mod podman;
 mod rootless;
 mod rpm;
