@@ -6,6 +6,11 @@ set -euo pipefail
 need=()
 have() { command -v "$1" >/dev/null 2>&1; }
 
+# The Kubernetes manifests' schema check (tests/tests/kubernetes.rs): PyPI's
+# kubernetes-validate, which carries Kubernetes' API schemas and runs offline, in a venv
+# in the machine's cache.
+KUBERNETES_VALIDATE_VERSION=1.37.0
+
 # `--quick`: only what the quick tier needs (scripts/test.sh --quick): a Rust toolchain
 # and the C linker. Without root it cannot install them, and says what is missing.
 if [ "${1:-}" = --quick ]; then
@@ -89,4 +94,27 @@ if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# kubernetes-validate, once per machine and version; an older version's venv is removed.
+# Made in place (a venv cannot be moved) and marked done last, so that a half-made one is
+# made again. When it cannot be made, the suite that needs it fails saying so.
+cache=${NVC_TESTS_CACHE:-/var/cache/nvc-tests}
+venv=$cache/kubernetes-validate-$KUBERNETES_VALIDATE_VERSION
+if [ ! -f "$venv/installed" ]; then
+    echo "installing: kubernetes-validate $KUBERNETES_VALIDATE_VERSION (PyPI) into $venv"
+    rm -rf "$venv"
+    if mkdir -p "$cache" && python3 -m venv "$venv" &&
+        "$venv/bin/pip" install --quiet --disable-pip-version-check \
+            "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" &&
+        "$venv/bin/kubernetes-validate" --version >/dev/null; then
+        touch "$venv/installed"
+        for old in "$cache"/kubernetes-validate-*; do
+            [ "$old" = "$venv" ] || rm -rf "$old"
+        done
+    else
+        rm -rf "$venv"
+        echo "warning: cannot install kubernetes-validate from PyPI into $venv; \
+tests/tests/kubernetes.rs's schema test will fail saying so" >&2
+    fi
 fi
