@@ -64,6 +64,10 @@ const NODE_RUN_FLAGS: &[(&str, Option<&[&str]>)] = &[
     ("--engine-config", Some(&[])),
     ("--cdi-spec", Some(&[])),
     ("--driver-root", Some(&[])),
+    ("--dev-root", Some(&[])),
+    ("--proc-root", Some(&[])),
+    ("--nvc-config", Some(&[])),
+    ("--binaries", Some(&[])),
     ("--reload", Some(&["signal", "systemd", "none"])),
     ("--socket", Some(&[])),
     ("--systemd-unit", Some(&[])),
@@ -73,12 +77,12 @@ const NODE_RUN_FLAGS: &[(&str, Option<&[&str]>)] = &[
 ];
 
 /// The capabilities every installer holds: SYS_CHROOT (it chroots into the node's root),
-/// CHOWN, DAC_OVERRIDE, FOWNER (root's files there), KILL (signal mode's SIGHUP).
-const BASE_CAPABILITIES: &[&str] = &["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SYS_CHROOT"];
+/// CHOWN, DAC_OVERRIDE, FOWNER (root's files there). systemd mode needs nothing more: the
+/// node's own systemctl, run in the node's root, asks systemd over its socket.
+const BASE_CAPABILITIES: &[&str] = &["CHOWN", "DAC_OVERRIDE", "FOWNER", "SYS_CHROOT"];
 
-/// What systemd mode adds: setns into the node's mount namespace, and the ptrace access
-/// check of opening `/proc/1/ns/mnt`.
-const SYSTEMD_CAPABILITIES: &[&str] = &["SYS_ADMIN", "SYS_PTRACE"];
+/// What signal mode adds: the SIGHUP to the engine.
+const SIGNAL_CAPABILITIES: &[&str] = &["KILL"];
 
 /// The shortest grace period that leaves time for the revert and the engine's restart.
 const MIN_GRACE_SECONDS: i64 = 60;
@@ -205,6 +209,8 @@ struct Install {
     install_dir: String,
     engine_config: String,
     cdi_spec: String,
+    /// `--nvc-config`: a file of the ConfigMap volume's.
+    nvc_config: Option<String>,
 }
 
 /// The engine's config folder: the node path the installer writes its config in.
@@ -429,9 +435,42 @@ fn read_install(container: &Value, r: &mut Report) -> Option<Install> {
         install_dir: node_path(&default("--install-dir", "/opt/nvc")),
         engine_config: node_path(&engine_config),
         cdi_spec: node_path(&default("--cdi-spec", "/var/run/cdi/nvidia.yaml")),
+        nvc_config: args.get("--nvc-config").cloned(),
         engine,
         reload,
     })
+}
+
+/// nvc's config for the nodes: the ConfigMap `nvc-config`, mounted read-only where
+/// `--nvc-config` reads its `config.toml`.
+fn check_config_volume(volume: &Value, mounts: &[Value], install: &Install, r: &mut Report) {
+    let vname = volume["name"].as_str().unwrap_or("?");
+    if volume["configMap"]["name"] != json!("nvc-config") {
+        r.add(format!("volume {vname}: the ConfigMap is not nvc-config"));
+    }
+    let Some(file) = &install.nvc_config else {
+        r.add(format!(
+            "volume {vname}: a ConfigMap, but no --nvc-config reads it"
+        ));
+        return;
+    };
+    let mounted: Vec<&Value> = mounts.iter().filter(|m| m["name"] == vname).collect();
+    let [mount] = mounted.as_slice() else {
+        r.add(format!(
+            "volume {vname} is mounted {} times, expected once",
+            mounted.len()
+        ));
+        return;
+    };
+    let at = mount["mountPath"].as_str().unwrap_or("?");
+    if *file != format!("{at}/config.toml") {
+        r.add(format!(
+            "--nvc-config {file}: the ConfigMap's config.toml is {at}/config.toml"
+        ));
+    }
+    if mount["readOnly"] != json!(true) {
+        r.add(format!("the ConfigMap at {at} is mounted read-write"));
+    }
 }
 
 /// The node's paths: exactly the hostPath volumes the installer needs, each mounted once
@@ -451,9 +490,14 @@ fn check_node_paths(pod: &Value, container: &Value, install: &Install, r: &mut R
         .unwrap_or_default();
     for volume in pod["volumes"].as_array().cloned().unwrap_or_default() {
         let vname = volume["name"].as_str().unwrap_or("?");
+        if volume.get("configMap").is_some() {
+            check_config_volume(&volume, &mounts, install, r);
+            continue;
+        }
         let Some(host_path) = volume.get("hostPath") else {
             r.add(format!(
-                "volume {vname} is no hostPath: the installer needs none"
+                "volume {vname} is neither a hostPath nor nvc's ConfigMap: the installer \
+                 needs no other"
             ));
             continue;
         };
@@ -549,11 +593,11 @@ fn check_privileges(pod: &Value, container: &Value, install: &Install, r: &mut R
              ones (and CRI-O's lacks SYS_CHROOT)",
         );
     }
-    let systemd = install.reload == "systemd";
+    let signal = install.reload == "signal";
     let mut expected_caps: BTreeSet<String> =
         BASE_CAPABILITIES.iter().map(|c| c.to_string()).collect();
-    if systemd {
-        expected_caps.extend(SYSTEMD_CAPABILITIES.iter().map(|c| c.to_string()));
+    if signal {
+        expected_caps.extend(SIGNAL_CAPABILITIES.iter().map(|c| c.to_string()));
     }
     let added: BTreeSet<String> = strings(&security["capabilities"]["add"])
         .into_iter()
@@ -565,29 +609,26 @@ fn check_privileges(pod: &Value, container: &Value, install: &Install, r: &mut R
             install.reload
         ));
     }
-    if added.contains("SYS_ADMIN") && security["allowPrivilegeEscalation"] == json!(false) {
-        r.add("allowPrivilegeEscalation: false beside SYS_ADMIN, which the API server refuses");
+    if security["allowPrivilegeEscalation"] != json!(false) {
+        r.add("no allowPrivilegeEscalation: false: nothing the installer runs needs more");
     }
     let seccomp = security["seccompProfile"]["type"].as_str().unwrap_or("");
-    let expected_seccomp = if systemd {
-        "Unconfined"
-    } else {
-        "RuntimeDefault"
-    };
-    if seccomp != expected_seccomp {
+    if seccomp != "RuntimeDefault" {
         r.add(format!(
-            "seccompProfile {seccomp:?}, expected {expected_seccomp} for --reload {}",
-            install.reload
+            "seccompProfile {seccomp:?}, expected RuntimeDefault: the installer makes no \
+             call the runtime's default filter refuses"
         ));
     }
-    if install.reload != "none" && pod["hostPID"] != json!(true) {
+    if signal && pod["hostPID"] != json!(true) {
+        r.add(
+            "no hostPID: --reload signal finds and signals the engine among the node's processes",
+        );
+    }
+    if !signal && pod["hostPID"] == json!(true) {
         r.add(format!(
-            "no hostPID: --reload {} needs the node's processes (the engine's pid, or pid 1)",
+            "hostPID with --reload {}, which needs no process of the node's",
             install.reload
         ));
-    }
-    if install.reload == "none" && pod["hostPID"] == json!(true) {
-        r.add("hostPID with --reload none, which signals nothing");
     }
 }
 
@@ -1015,10 +1056,14 @@ fn privileges_of_the_other_reload_mode_are_caught() {
                 .unwrap()
                 .push(json!("SYS_ADMIN"));
             security["seccompProfile"]["type"] = json!("Unconfined");
+            security
+                .as_object_mut()
+                .unwrap()
+                .remove("allowPrivilegeEscalation");
         }),
         &[
             "capabilities add",
-            "allowPrivilegeEscalation: false beside SYS_ADMIN",
+            "no allowPrivilegeEscalation: false",
             "seccompProfile \"Unconfined\", expected RuntimeDefault",
         ],
     );
