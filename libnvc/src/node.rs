@@ -247,8 +247,8 @@ mod tests {
             steps,
             vec![
                 Step::Remove("/etc/containerd/conf.d/99-nvc.toml".into()),
-                Step::Remove("/etc/containerd/conf.d".into()),
                 Step::Remove("/etc/containerd/config.toml.nvc-backup".into()),
+                Step::Remove("/etc/containerd/conf.d".into()),
                 Step::Restore("/etc/containerd/config.toml".into(), file("version = 2\n")),
             ]
         );
