@@ -230,7 +230,7 @@ fn run(args: &[String]) -> Result<ExitCode, Usage> {
             name: "main".into(),
             attempt: 0,
         }),
-        image: Some(ImageSpec { image: pod.image }),
+        image: Some(ImageSpec::named(&pod.image)),
         command: pod.command,
         envs: pod.env,
         mounts: pod.mounts,

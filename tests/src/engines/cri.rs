@@ -1,13 +1,15 @@
-//! A CRI client: Kubernetes' `runtime.v1` gRPC API spoken to containerd's CRI plugin over
-//! its unix socket, the way the kubelet does, so that tests can run pods through the
-//! runtime handler `nvc runtime configure` registers.
+//! A CRI client: Kubernetes' `runtime.v1` gRPC API spoken to a CRI runtime (containerd's
+//! CRI plugin, CRI-O) over its unix socket, the way the kubelet does, so that tests can run
+//! pods through the runtime handler `nvc runtime configure` registers.
 //!
 //! The messages (`api.rs`) are hand-written prost structs holding only the fields used;
 //! calls go through `tonic::client::Grpc` with prost's codec. The API is blocking: each
 //! client owns a current-thread tokio runtime and waits on it for each call.
 //! [`CriClient::run_to_exit`] is the kubelet's flow for one container: RunPodSandbox,
 //! CreateContainer, StartContainer, ContainerStatus until it exits, its log file, then
-//! StopPodSandbox and RemovePodSandbox.
+//! StopPodSandbox and RemovePodSandbox. As the kubelet does, the client makes a
+//! container's log folder before CreateContainer (CRI-O's conmon does not make it) and
+//! names its image in `user_specified_image` too ([`api::ImageSpec::named`]).
 
 pub mod api;
 
@@ -37,7 +39,7 @@ pub enum CriError {
     #[error("failed to start the CRI client's tokio runtime")]
     Runtime(#[source] std::io::Error),
     /// No connection to the socket.
-    #[error("failed to connect to the CRI socket {socket}: is containerd running?")]
+    #[error("failed to connect to the CRI socket {socket}: is its runtime running?")]
     Connect {
         /// The socket.
         socket: PathBuf,
@@ -94,6 +96,15 @@ pub enum CriError {
         /// Its last state.
         state: ContainerState,
     },
+    /// A container's log folder could not be made.
+    #[error("failed to create the container log folder {path}")]
+    LogFolder {
+        /// The folder.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// A container's log file could not be read.
     #[error("failed to read the container log {path}")]
     Log {
@@ -124,7 +135,8 @@ pub struct CriClient {
 }
 
 impl CriClient {
-    /// Connects to the CRI service at `socket` (containerd's gRPC socket).
+    /// Connects to the CRI service at `socket` (containerd's gRPC socket, CRI-O's
+    /// `listen`).
     pub fn connect(socket: &Path) -> Result<CriClient, CriError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -156,7 +168,8 @@ impl CriClient {
     }
 
     /// Connects and waits until the CRI service answers Version (containerd's CRI plugin
-    /// starts serving a moment after containerd itself), for up to `timeout`.
+    /// starts serving a moment after containerd itself; a restarted runtime takes a moment
+    /// to listen again), for up to `timeout`.
     pub fn connect_when_ready(socket: &Path, timeout: Duration) -> Result<CriClient, CriError> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -279,13 +292,24 @@ impl CriClient {
     }
 
     /// `CreateContainer` in sandbox `sandbox_id` (made from `sandbox`); returns the
-    /// container's id.
+    /// container's id. First makes the folder of the container's log file (the
+    /// sandbox's `log_directory` joined with the container's `log_path`), as the kubelet
+    /// does: CRI-O's conmon fails to open a log file whose folder is missing.
     pub fn create_container(
         &self,
         sandbox_id: &str,
         config: &ContainerConfig,
         sandbox: &PodSandboxConfig,
     ) -> Result<String, CriError> {
+        if !sandbox.log_directory.is_empty() && !config.log_path.is_empty() {
+            let log = Path::new(&sandbox.log_directory).join(&config.log_path);
+            if let Some(folder) = log.parent() {
+                std::fs::create_dir_all(folder).map_err(|source| CriError::LogFolder {
+                    path: folder.to_path_buf(),
+                    source,
+                })?;
+            }
+        }
         let request = CreateContainerRequest {
             pod_sandbox_id: sandbox_id.into(),
             config: Some(config.clone()),

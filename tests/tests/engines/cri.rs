@@ -228,9 +228,7 @@ pub(super) fn probe_container(w: &World, ask: Ask, more: &str) -> ContainerConfi
             name: "probe".into(),
             attempt: 0,
         }),
-        image: Some(ImageSpec {
-            image: CTR_IMAGE.into(),
-        }),
+        image: Some(ImageSpec::named(CTR_IMAGE)),
         command: vec!["sh".into(), "-c".into(), format!("{PROBE}{more}")],
         envs,
         mounts,

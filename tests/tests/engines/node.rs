@@ -104,9 +104,7 @@ fn installer(w: &World, socket: &Path) -> ContainerConfig {
             name: "nvc-node".into(),
             attempt: 0,
         }),
-        image: Some(ImageSpec {
-            image: NODE_IMAGE.into(),
-        }),
+        image: Some(ImageSpec::named(NODE_IMAGE)),
         // The image's entry point, `nvc node run`, with the DaemonSet's arguments.
         args: vec![
             "--engine=containerd".into(),

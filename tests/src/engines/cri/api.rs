@@ -159,6 +159,21 @@ pub struct ImageSpec {
     /// The image reference.
     #[prost(string, tag = "1")]
     pub image: String,
+    /// The reference as the pod spec wrote it (the kubelet sends it on CreateContainer;
+    /// CRI-O refuses to check an image's signature policy without it).
+    #[prost(string, tag = "18")]
+    pub user_specified_image: String,
+}
+
+impl ImageSpec {
+    /// The image `reference`, named as the kubelet names a container's image: the same
+    /// reference in `image` and `user_specified_image`.
+    pub fn named(reference: &str) -> ImageSpec {
+        ImageSpec {
+            image: reference.into(),
+            user_specified_image: reference.into(),
+        }
+    }
 }
 
 /// `KeyValue`: an environment variable.
