@@ -28,14 +28,14 @@ use super::{
 };
 
 /// The RuntimeClass handler `nvc runtime configure` registers.
-pub(super) const HANDLER: &str = "nv";
+const HANDLER: &str = "nv";
 
 /// Where the device plugin's `volume-mounts` strategy puts a container's GPUs.
 const DEVICE_MOUNTS: &str = "/var/run/nvidia-container-devices";
 
 /// What the device plugin's `cdi-annotations` strategy names the annotation after
 /// (`cdi.k8s.io/nvidia-device-plugin_<allocation uuid>`).
-const CDI_ANNOTATION: &str = "cdi.k8s.io/nvidia-device-plugin_e5a0f26b";
+pub(super) const CDI_ANNOTATION: &str = "cdi.k8s.io/nvidia-device-plugin_e5a0f26b";
 
 /// How long a pod's container may run.
 pub(super) const POD_TIMEOUT: Duration = Duration::from_secs(120);
@@ -142,16 +142,12 @@ impl<'w> Node<'w> {
         }
     }
 
-    /// The kubelet's sandbox for pod `name` ([`sandbox_config`]).
-    fn sandbox(&self, name: &str) -> PodSandboxConfig {
-        sandbox_config(self.w, name, &self.containerd.namespace)
-    }
-
     /// A pod `name` whose one unprivileged container runs PROBE (and `more`) with `ask`
-    /// and the fake proc tree, through the `nv` handler, to its end.
+    /// and the fake proc tree, through the `nv` handler, to its end; its cgroups under the
+    /// containerd harness's cgroup (removed when containerd is).
     fn run(&self, name: &str, ask: Ask, more: &str) -> Outcome {
-        let container = probe_container(self.w, ask, more);
-        let sandbox = self.sandbox(name);
+        let cgroup_parent = format!("/{}", self.containerd.namespace);
+        let (sandbox, container) = probe_pod(self.w, name, &cgroup_parent, CTR_IMAGE, ask, more);
         let result = self
             .cri
             .run_to_exit(&sandbox, HANDLER, &container, POD_TIMEOUT);
@@ -177,9 +173,8 @@ impl<'w> Node<'w> {
 }
 
 /// The kubelet's sandbox for pod `name`: the node's network, the pod's own PID and IPC
-/// namespaces, its cgroups under `cgroup` (the engine harness's, removed with it), logs
-/// under the test's folder.
-pub(super) fn sandbox_config(w: &World, name: &str, cgroup: &str) -> PodSandboxConfig {
+/// namespaces, its cgroups under `cgroup_parent`, logs under the test's folder.
+pub(super) fn sandbox(w: &World, name: &str, cgroup_parent: &str) -> PodSandboxConfig {
     PodSandboxConfig {
         metadata: Some(PodSandboxMetadata {
             name: name.into(),
@@ -192,7 +187,7 @@ pub(super) fn sandbox_config(w: &World, name: &str, cgroup: &str) -> PodSandboxC
         labels: HashMap::from([("app".into(), name.into())]),
         annotations: HashMap::new(),
         linux: Some(LinuxPodSandboxConfig {
-            cgroup_parent: format!("/{cgroup}"),
+            cgroup_parent: cgroup_parent.into(),
             security_context: Some(LinuxSandboxSecurityContext {
                 namespace_options: Some(namespaces()),
                 privileged: false,
@@ -201,9 +196,16 @@ pub(super) fn sandbox_config(w: &World, name: &str, cgroup: &str) -> PodSandboxC
     }
 }
 
-/// The one unprivileged container of a probe pod: PROBE (and `more`) with `ask` and the
-/// fake proc tree.
-pub(super) fn probe_container(w: &World, ask: Ask, more: &str) -> ContainerConfig {
+/// Pod `name` ([`sandbox`]) and its one unprivileged container, of image `image`, running
+/// PROBE (and `more`) with `ask` and the fake proc tree.
+pub(super) fn probe_pod(
+    w: &World,
+    name: &str,
+    cgroup_parent: &str,
+    image: &str,
+    ask: Ask,
+    more: &str,
+) -> (PodSandboxConfig, ContainerConfig) {
     let mut envs = vec![KeyValue {
         key: "NVC_FAKE_PROC".into(),
         value: "/run/fake-proc".into(),
@@ -223,12 +225,12 @@ pub(super) fn probe_container(w: &World, ask: Ask, more: &str) -> ContainerConfi
         host_path: "/dev/null".into(),
         readonly: false,
     }));
-    ContainerConfig {
+    let container = ContainerConfig {
         metadata: Some(ContainerMetadata {
             name: "probe".into(),
             attempt: 0,
         }),
-        image: Some(ImageSpec::named(CTR_IMAGE)),
+        image: Some(ImageSpec::named(image)),
         command: vec!["sh".into(), "-c".into(), format!("{PROBE}{more}")],
         envs,
         mounts,
@@ -246,7 +248,8 @@ pub(super) fn probe_container(w: &World, ask: Ask, more: &str) -> ContainerConfi
             .map(|name| CdiDevice { name })
             .collect(),
         ..ContainerConfig::default()
-    }
+    };
+    (sandbox(w, name, cgroup_parent), container)
 }
 
 /// The namespaces of a host-network pod as the kubelet sets them (for the sandbox and

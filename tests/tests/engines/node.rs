@@ -24,8 +24,11 @@ use nvc_tests::{
     tree_digest, workspace_bin, Containerd, CriSettings, EngineRoot, RootView, START_TIMEOUT,
 };
 
-use super::cri::{namespaces, outcome, probe_container, sandbox_config, Ask, HANDLER, POD_TIMEOUT};
+use super::cri::{namespaces, outcome, probe_pod, sandbox, Ask, POD_TIMEOUT};
 use super::{assert_gpus, assert_gpus_with, World, CTR_IMAGE};
+
+/// The RuntimeClass handler the installer registers (`--runtime-name`'s default).
+const HANDLER: &str = "nv";
 
 /// The image's name once imported (build-node-image.sh `--tag test`).
 const NODE_IMAGE: &str = "docker.io/library/nvc-node:test";
@@ -237,16 +240,17 @@ fn install_use_uninstall(root: &EngineRoot, config_version: u8) {
     let cri = connect();
 
     // The DaemonSet's pod.
-    let mut sandbox: PodSandboxConfig = sandbox_config(&w, "nvc-node", &namespace);
-    if let Some(linux) = sandbox.linux.as_mut() {
+    let cgroup = format!("/{namespace}");
+    let mut installer_pod: PodSandboxConfig = sandbox(&w, "nvc-node", &cgroup);
+    if let Some(linux) = installer_pod.linux.as_mut() {
         if let Some(ctx) = linux.security_context.as_mut() {
             ctx.namespace_options = Some(host_pid());
         }
     }
-    let pod = cri.run_pod_sandbox(&sandbox, "").unwrap();
+    let pod = cri.run_pod_sandbox(&installer_pod, "").unwrap();
     std::fs::create_dir_all(w.path("pods/nvc-node/nvc-node")).unwrap();
     let id = cri
-        .create_container(&pod, &installer(&w, &containerd.socket), &sandbox)
+        .create_container(&pod, &installer(&w, &containerd.socket), &installer_pod)
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     cri.start_container(&id).unwrap();
     wait_for_log(&w, "nvc node: ready", &containerd);
@@ -274,28 +278,27 @@ fn install_use_uninstall(root: &EngineRoot, config_version: u8) {
             installer_log(&w)
         )
     };
+    let (pod_sandbox, probe) = probe_pod(
+        &w,
+        "handler-nv",
+        &cgroup,
+        CTR_IMAGE,
+        Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[1].uuid),
+        "",
+    );
     let out = outcome(
         "handler-nv",
-        cri.run_to_exit(
-            &sandbox_config(&w, "handler-nv", &namespace),
-            HANDLER,
-            &probe_container(&w, Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[1].uuid), ""),
-            POD_TIMEOUT,
-        ),
+        cri.run_to_exit(&pod_sandbox, HANDLER, &probe, POD_TIMEOUT),
     );
     assert_gpus(&out, &gpus[1..2], &context("the nv handler"));
     let ask = Ask {
         cdi_devices: vec![format!("nvidia.com/gpu={}", gpus[0].uuid)],
         ..Ask::default()
     };
+    let (pod_sandbox, probe) = probe_pod(&w, "cdi", &cgroup, CTR_IMAGE, ask, "");
     let out = outcome(
         "cdi",
-        cri.run_to_exit(
-            &sandbox_config(&w, "cdi", &namespace),
-            "",
-            &probe_container(&w, ask, ""),
-            POD_TIMEOUT,
-        ),
+        cri.run_to_exit(&pod_sandbox, "", &probe, POD_TIMEOUT),
     );
     assert_gpus_with(
         &out,
@@ -331,14 +334,17 @@ fn install_use_uninstall(root: &EngineRoot, config_version: u8) {
         before,
         "the node's files changed:\n{log}"
     );
+    let (pod_sandbox, probe) = probe_pod(
+        &w,
+        "after",
+        &cgroup,
+        CTR_IMAGE,
+        Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[1].uuid),
+        "",
+    );
     let out = outcome(
         "after",
-        cri.run_to_exit(
-            &sandbox_config(&w, "after", &namespace),
-            HANDLER,
-            &probe_container(&w, Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[1].uuid), ""),
-            POD_TIMEOUT,
-        ),
+        cri.run_to_exit(&pod_sandbox, HANDLER, &probe, POD_TIMEOUT),
     );
     assert!(
         !out.success(),
