@@ -74,6 +74,14 @@ pub fn engine_path() -> OsString {
     std::env::join_paths(dirs).unwrap_or_default()
 }
 
+/// The machine's cache of what the tests make once and keep (the engine roots, the OCI
+/// validation programs): `NVC_TESTS_CACHE`, by default `/var/cache/nvc-tests`.
+pub(crate) fn tests_cache() -> PathBuf {
+    std::env::var_os("NVC_TESTS_CACHE")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("/var/cache/nvc-tests"), PathBuf::from)
+}
+
 /// Why an engine could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use super::{run_command, EngineError};
+use super::{run_command, tests_cache, EngineError};
 
 /// The script `unshare` runs (see [`EngineRoot::command_in`]): binds, `pivot_root` into
 /// the root, and the user switch of a rootless engine.
@@ -170,20 +170,14 @@ pub struct EngineRoot {
 static MAKING: Mutex<()> = Mutex::new(());
 
 /// The folder that holds the roots: `NVC_ENGINE_ROOTS` when set, else `engine-roots` in
-/// `NVC_TESTS_CACHE` (default `/var/cache/nvc-tests`), so a machine makes them once for
-/// every checkout and build.
+/// the machine's test cache ([`tests_cache`]), so a machine makes them once for every
+/// checkout and build.
 fn roots_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let set = |name: &str| std::env::var_os(name).filter(|d| !d.is_empty());
-        set("NVC_ENGINE_ROOTS").map_or_else(
-            || {
-                set("NVC_TESTS_CACHE")
-                    .map_or_else(|| PathBuf::from("/var/cache/nvc-tests"), PathBuf::from)
-                    .join("engine-roots")
-            },
-            PathBuf::from,
-        )
+        std::env::var_os("NVC_ENGINE_ROOTS")
+            .filter(|d| !d.is_empty())
+            .map_or_else(|| tests_cache().join("engine-roots"), PathBuf::from)
     })
     .clone()
 }
