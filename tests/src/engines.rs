@@ -1,5 +1,5 @@
 //! Real container engines for tests: a private `dockerd`, a private `containerd` (driven with
-//! `ctr`) and `podman` with private storage.
+//! `ctr`), `podman` with private storage and a private CRI-O (driven over CRI).
 //!
 //! Each keeps its state, sockets and logs under a directory the caller owns, and runs in its
 //! own mount and PID namespaces, with an empty tmpfs over the host directories the engines
@@ -12,14 +12,15 @@
 //! This file holds what every engine shares (the `PATH`, [`EngineError`], finding
 //! programs); `command.rs` runs one command with a timeout; `daemon.rs` runs a program
 //! isolated, keeps a daemon up and stops it, and removes the cgroups an engine made;
-//! `dockerd.rs`, `containerd.rs` and `podman.rs` drive one engine each; `archive.rs` makes
-//! the OCI image archive `ctr` imports; `cri.rs` is a CRI (Kubernetes runtime API) client
-//! for containerd's CRI plugin.
+//! `dockerd.rs`, `containerd.rs`, `podman.rs` and `crio.rs` drive one engine each;
+//! `archive.rs` makes the OCI image archive `ctr` and `skopeo` import; `cri.rs` is a CRI
+//! (Kubernetes runtime API) client for containerd's CRI plugin and CRI-O.
 
 mod archive;
 mod command;
 mod containerd;
 pub mod cri;
+mod crio;
 mod daemon;
 mod debian_root;
 mod dockerd;
@@ -35,6 +36,7 @@ use crate::Outcome;
 pub use archive::{oci_archive, oci_archive_running};
 pub use command::run_command;
 pub use containerd::{Containerd, CriSettings, CRI_NAMESPACE};
+pub use crio::{Crio, CrioSettings, CRIO_CONF, CRIO_CONF_D};
 pub use daemon::remove_cgroups;
 pub use debian_root::{EngineRoot, RootUser, RootView};
 pub use dockerd::Dockerd;
@@ -74,8 +76,9 @@ pub fn engine_path() -> OsString {
     std::env::join_paths(dirs).unwrap_or_default()
 }
 
-/// The machine's cache of what the tests make once and keep (the engine roots, the OCI
-/// validation programs): `NVC_TESTS_CACHE`, by default `/var/cache/nvc-tests`.
+/// The machine's cache of what the tests make once and keep (the engine roots, CRI-O's
+/// programs, the OCI validation programs): `NVC_TESTS_CACHE`, by default
+/// `/var/cache/nvc-tests`.
 pub(crate) fn tests_cache() -> PathBuf {
     std::env::var_os("NVC_TESTS_CACHE")
         .filter(|d| !d.is_empty())
@@ -92,6 +95,22 @@ pub enum EngineError {
         program: &'static str,
         /// The Debian package that has it.
         package: &'static str,
+    },
+    /// An archive the tests take from the shared folder beside the repository's clone is
+    /// not there.
+    #[error(
+        "{what} is missing: {why}; put it in shared/{shared} beside the repository's \
+         clone (../shared), or set {env} to the folder that holds it"
+    )]
+    MissingShared {
+        /// What it is, e.g. "the CRI-O archive (crio-*.tar.xz)".
+        what: &'static str,
+        /// What was found instead.
+        why: String,
+        /// Its folder in the shared folder, e.g. `cri-o`.
+        shared: &'static str,
+        /// The environment variable naming another folder.
+        env: &'static str,
     },
     /// A file system operation failed.
     #[error("failed to {op} {path}")]

@@ -40,8 +40,9 @@ pub use devices::{
 };
 pub use engines::{
     cri, engine_path, find_program, oci_archive, oci_archive_running, remove_cgroups, run_command,
-    Containerd, CriSettings, Dockerd, EngineError, EngineRoot, Podman, RootUser, RootView,
-    CGROUP_PREFIX, CRI_NAMESPACE, ENGINE_TIMEOUT, MASKED_DIRS, START_TIMEOUT,
+    Containerd, CriSettings, Crio, CrioSettings, Dockerd, EngineError, EngineRoot, Podman,
+    RootUser, RootView, CGROUP_PREFIX, CRIO_CONF, CRIO_CONF_D, CRI_NAMESPACE, ENGINE_TIMEOUT,
+    MASKED_DIRS, START_TIMEOUT,
 };
 pub use error::FakeError;
 pub use harness::{

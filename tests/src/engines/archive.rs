@@ -99,7 +99,7 @@ pub fn oci_archive_running(
 }
 
 /// The SHA-256 of a file, in hex, from `sha256sum` (coreutils).
-fn sha256_file(path: &Path) -> Result<String, EngineError> {
+pub(super) fn sha256_file(path: &Path) -> Result<String, EngineError> {
     let mut command = Command::new("sha256sum");
     command.arg(path);
     let io_dir = path.parent().unwrap_or(Path::new("."));

@@ -60,10 +60,34 @@ pub(super) struct Daemon {
 impl Daemon {
     pub(super) fn spawn(
         what: &'static str,
-        mut command: Command,
+        command: Command,
         log: &Path,
     ) -> Result<Daemon, EngineError> {
         let out = File::create(log).map_err(EngineError::io("create", log))?;
+        Daemon::spawn_onto(what, command, log, out)
+    }
+
+    /// [`Daemon::spawn`] writing after what `log` holds: a daemon started again keeps
+    /// what it logged before in the same file.
+    pub(super) fn spawn_appending(
+        what: &'static str,
+        command: Command,
+        log: &Path,
+    ) -> Result<Daemon, EngineError> {
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(EngineError::io("open", log))?;
+        Daemon::spawn_onto(what, command, log, out)
+    }
+
+    fn spawn_onto(
+        what: &'static str,
+        mut command: Command,
+        log: &Path,
+        out: File,
+    ) -> Result<Daemon, EngineError> {
         let err = out.try_clone().map_err(EngineError::io("open", log))?;
         command
             .stdin(Stdio::null())
@@ -119,6 +143,11 @@ impl Daemon {
             log: self.log.clone(),
             tail: self.log_tail(40),
         }
+    }
+
+    /// The daemon's log file.
+    pub(super) fn log(&self) -> &Path {
+        &self.log
     }
 
     /// The last `lines` lines of the daemon's log.
