@@ -2,19 +2,22 @@
 //! (`--runtime=nv` and `--gpus`, [`docker`]), a private containerd (`ctr run` with
 //! nvc-runtime as its runc, [`containerd`]; its CRI plugin driven as the kubelet drives it,
 //! for each of the device plugin's strategies, [`cri`]), podman with nvc-hook from a
-//! hooks.d folder ([`podman`]; with crun, [`crun`]; rootless, [`rootless`]), against fake
-//! driver trees, asserted from inside the container; Debian 12's engines and Debian 13's
-//! and 14's from debootstrap roots (`nvc_tests::EngineRoot`); the .deb from
+//! hooks.d folder ([`podman`]; with crun, [`crun`]; rootless, [`rootless`]), CRI-O driven
+//! over CRI through nvc's handler, its hooks folder and its CDI support, and on a reload
+//! and a restart ([`crio`]), against fake driver trees, asserted from inside the
+//! container; Debian 12's engines and Debian 13's and 14's from debootstrap roots
+//! (`nvc_tests::EngineRoot`); CRI-O 1.37 from `../shared/cri-o`; the .deb from
 //! `packaging/build-deb.sh`, installed and purged in a scratch root ([`deb`]); the RPM
 //! from `packaging/build-rpm.sh`, held against the .deb, installed, upgraded and erased
 //! in one, and both packages for arm64 ([`rpm`]); and
 //! `nvc runtime configure` on copies of realistic engine configs ([`configure`]).
 //!
 //! Needs root and the engines (`scripts/deps.sh` installs docker.io, containerd, podman,
-//! debootstrap; the Debian 13 and 14 roots are made on first use, once per build folder or
-//! in `NVC_ENGINE_ROOTS`). An engine that cannot run here fails its test with the reason. Every engine keeps its state
-//! under the test's temporary directory, in its own mount and PID namespaces, and is
-//! stopped at the end; each test then checks that nothing it started is left running,
+//! conmon, skopeo, debootstrap; the Debian 13 and 14 roots are made on first use, once per
+//! build folder or in `NVC_ENGINE_ROOTS`; CRI-O's archive is unpacked on first use into
+//! `NVC_TESTS_CACHE`). An engine that cannot run here fails its test with the reason.
+//! Every engine keeps its state under the test's temporary directory, in its own mount
+//! and PID namespaces, and is stopped at the end; each test then checks that nothing it started is left running,
 //! mounted or in a cgroup, and that the host's engine configs did not change. The
 //! `configure` tests need neither root nor an engine, except `containerd_reads_the_result`
 //! (containerd).
@@ -36,6 +39,7 @@ use libnvc::report::error_chain;
 mod configure;
 mod containerd;
 mod cri;
+mod crio;
 mod crun;
 mod deb;
 mod docker;
@@ -83,6 +87,10 @@ const HOST_PATHS: &[&str] = &[
     "/opt/cni",
     "/run/docker",
     "/run/containerd",
+    "/etc/crio",
+    "/var/lib/crio",
+    "/var/log/crio",
+    "/run/crio",
 ];
 
 /// Folders whose names must stay the same, but whose contents are another program's
