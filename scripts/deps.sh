@@ -44,6 +44,11 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 have unshare || need+=(util-linux)
 # The CDI tests: a real CDI consumer (Debian 12's podman 4.3), run against runc.
 have podman || need+=(podman)
+# CRI-O (tests/tests/engines/crio.rs; crio itself comes from ../shared/cri-o, unpacked
+# with xz): Debian's conmon, and skopeo to load the test image into its storage.
+have conmon || need+=(conmon)
+have skopeo || need+=(skopeo)
+have xz || need+=(xz-utils)
 # The .deb test checks the CDI refresh's units with systemd-analyze verify.
 have systemd-analyze || need+=(systemd)
 # The RPM beside the .deb (tests/tests/engines/rpm.rs): rpmbuild, rpm and rpm2archive
