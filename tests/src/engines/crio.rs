@@ -49,7 +49,13 @@ const RELOADED: &str = "Configuration reload completed";
 /// are set up, waits, and exits on SIGTERM (a PID namespace's first process gets only
 /// the signals it handles), which ends the namespaces and everything in them. conmon
 /// processes whose CRI-O ended are its children then; `wait` reaps them.
-const HOLDER: &str = "trap 'exit 0' TERM; : >\"$1\"; while :; do sleep 3600 & wait $!; done";
+///
+/// `/` is made shared first, as systemd makes a node's: CRI-O refuses a pod's hostPath of
+/// `/` from a private mount ("is mounted on / but it is not a shared or slave mount").
+/// The namespace's mounts are private from the host's already (`unshare --propagation
+/// private`), so they share with one another only: nothing reaches the host.
+const HOLDER: &str = "mount --make-rshared / || exit 125; trap 'exit 0' TERM; : >\"$1\"; \
+                      while :; do sleep 3600 & wait $!; done";
 
 /// How a test sets CRI-O up (see [`Crio::config`]).
 #[derive(Debug, Clone, Default)]
@@ -401,6 +407,18 @@ impl Crio {
     /// its environment (not to conmon's: see [`CrioSettings::monitor_env`]), and waits
     /// until it answers CRI's Version.
     pub fn start(dir: &Path, env: &[(&str, &OsStr)]) -> Result<Crio, EngineError> {
+        Crio::start_with(dir, &dir.join(CRIO_CONF), &dir.join(CRIO_CONF_D), env)
+    }
+
+    /// [`Crio::start`] with the main config file `config` and the drop-in folder
+    /// `config_dir` elsewhere than in `dir` (a node's own `/etc/crio`, which a node
+    /// installer rewrites); their paths must still be under `dir`, which holds the rest.
+    pub fn start_with(
+        dir: &Path,
+        config: &Path,
+        config_dir: &Path,
+        env: &[(&str, &OsStr)],
+    ) -> Result<Crio, EngineError> {
         let programs = Programs::find()?;
         let dir = mkdirs(dir)?;
         for sub in [
@@ -424,7 +442,7 @@ impl Crio {
         ] {
             mkdirs(&dir.join(sub))?;
         }
-        let config = dir.join(CRIO_CONF);
+        let config = config.to_path_buf();
         if !config.exists() {
             let text = Crio::config_with(&dir, &programs, &CrioSettings::default());
             std::fs::write(&config, text).map_err(EngineError::io("write", &config))?;
@@ -463,7 +481,7 @@ impl Crio {
         let launch = Launch {
             crio: programs.crio.clone(),
             socket: dir.join("crio.sock"),
-            config_dir: dir.join(CRIO_CONF_D),
+            config_dir: config_dir.to_path_buf(),
             config,
             env: env
                 .iter()
@@ -492,6 +510,12 @@ impl Crio {
     pub fn import(&self, tarball: &Path, name: &str) -> Result<(), EngineError> {
         let archive = self.dir.join("image.oci.tar");
         oci_archive(tarball, name, &archive)?;
+        self.load_archive(&archive, name)
+    }
+
+    /// Loads the OCI archive `archive` (its one image) into CRI-O's storage as image
+    /// `name`, by `skopeo` as [`Crio::import`] does.
+    pub fn load_archive(&self, archive: &Path, name: &str) -> Result<(), EngineError> {
         let storage = format!(
             "containers-storage:[vfs@{}+{}]{name}",
             self.dir.join("root").display(),
@@ -514,7 +538,7 @@ impl Crio {
                 self.dir.join("registries.conf"),
             );
         let out = run_command(&mut command, &self.dir.join("io"), ENGINE_TIMEOUT);
-        EngineError::check("load the test image into CRI-O's storage (skopeo)", out).map(drop)
+        EngineError::check("load an image into CRI-O's storage (skopeo)", out).map(drop)
     }
 
     /// The host pid of `crio` (`None` once it has gone).

@@ -33,7 +33,7 @@ const DEFAULT_HANDLER: &str = "";
 
 /// CRI-O's default capabilities and MKNOD: PROBE makes device nodes to try the device
 /// cgroup, which containerd's CRI plugin allows by default and CRI-O does not.
-const CAPABILITIES_DROP_IN: &str = "[crio.runtime]\ndefault_capabilities = [\
+pub(super) const CAPABILITIES_DROP_IN: &str = "[crio.runtime]\ndefault_capabilities = [\
     \"CHOWN\", \"DAC_OVERRIDE\", \"FSETID\", \"FOWNER\", \"SETGID\", \"SETUID\", \
     \"SETPCAP\", \"NET_BIND_SERVICE\", \"KILL\", \"MKNOD\"]\n";
 

@@ -21,10 +21,12 @@ use nvc_tests::cri::api::{
 };
 use nvc_tests::cri::CriClient;
 use nvc_tests::{
-    tree_digest, workspace_bin, Containerd, CriSettings, EngineRoot, RootView, START_TIMEOUT,
+    tree_digest, workspace_bin, Containerd, CriSettings, Crio, CrioSettings, EngineRoot, RootView,
+    START_TIMEOUT,
 };
 
 use super::cri::{namespaces, outcome, probe_pod, sandbox, Ask, POD_TIMEOUT};
+use super::crio::CAPABILITIES_DROP_IN;
 use super::{assert_gpus, assert_gpus_with, World, CTR_IMAGE};
 
 /// The RuntimeClass handler the installer registers (`--runtime-name`'s default).
@@ -32,6 +34,13 @@ const HANDLER: &str = "nv";
 
 /// The image's name once imported (build-node-image.sh `--tag test`).
 const NODE_IMAGE: &str = "docker.io/library/nvc-node:test";
+
+/// Where the containerd test's installer writes its ready file: a test folder, not the
+/// container's own `/run` (the readiness probe's), so that the test sees it. (What the
+/// installer prints reaches its CRI log through containerd, which it restarts: a line
+/// printed while containerd is down, or before it has found the container again, can
+/// be lost.)
+const READY_DIR: &str = "/run/nvc-node-test";
 
 /// How long the installer may take to report ready, or to finish after SIGTERM.
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(90);
@@ -116,9 +125,11 @@ fn installer(w: &World, socket: &Path) -> ContainerConfig {
             format!("--dev-root={}", fake.dev_root.display()),
             format!("--proc-root={}", fake.proc_root.display()),
             "--nvc-config=/etc/nvc-node/config.toml".into(),
+            format!("--ready-file={READY_DIR}/ready"),
         ],
         mounts: vec![
             mount(Path::new("/"), "/host", true),
+            mount(&w.path("installer-run"), READY_DIR, false),
             mount(Path::new("/opt"), "/host/opt", false),
             mount(Path::new("/etc/containerd"), "/host/etc/containerd", false),
             mount(Path::new("/run/cdi"), "/host/run/cdi", false),
@@ -149,20 +160,13 @@ fn installer_log(w: &World) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// Waits until the installer's log has `line`; panics with the log after
-/// [`INSTALL_TIMEOUT`].
-fn wait_for_log(w: &World, line: &str, containerd: &Containerd) {
-    let deadline = Instant::now() + INSTALL_TIMEOUT;
-    while !installer_log(w).contains(line) {
-        assert!(
-            Instant::now() < deadline,
-            "no {line:?} from the installer within {}s:\n{}\ncontainerd log:\n{}",
-            INSTALL_TIMEOUT.as_secs(),
-            installer_log(w),
-            containerd.log_tail(40)
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// How many times containerd exited and was started again (the namespace's first process
+/// says so in its log).
+fn restarts(containerd: &Containerd) -> usize {
+    containerd
+        .log_tail(100_000)
+        .matches("exited; starting it again")
+        .count()
 }
 
 /// Container `id` once it has exited, asked of containerd until it answers (it restarts
@@ -200,6 +204,7 @@ fn install_use_uninstall(root: &EngineRoot, config_version: u8) {
     let node = NodeFiles::new(&w);
     let state = w.path("containerd");
     std::fs::create_dir_all(&state).unwrap();
+    std::fs::create_dir_all(w.path("installer-run")).unwrap();
     let settings = CriSettings {
         sandbox_image: CTR_IMAGE,
         cdi_spec_dirs: &[Path::new("/var/run/cdi")],
@@ -253,13 +258,22 @@ fn install_use_uninstall(root: &EngineRoot, config_version: u8) {
         .create_container(&pod, &installer(&w, &containerd.socket), &installer_pod)
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     cri.start_container(&id).unwrap();
-    wait_for_log(&w, "nvc node: ready", &containerd);
-    let log = installer_log(&w);
-    assert!(log.contains("sent SIGHUP to containerd"), "{log}");
-    assert!(log.contains("containerd is back"), "{log}");
-    assert!(
-        containerd.log_tail(400).contains("starting it again"),
-        "containerd was not restarted:\n{}",
+    let ready = w.path("installer-run/ready");
+    let deadline = Instant::now() + INSTALL_TIMEOUT;
+    while !ready.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the installer was not ready within {}s:\n{}\ncontainerd log:\n{}",
+            INSTALL_TIMEOUT.as_secs(),
+            installer_log(&w),
+            containerd.log_tail(40)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        restarts(&containerd),
+        1,
+        "containerd was not restarted once:\n{}",
         containerd.log_tail(40)
     );
     assert!(node.opt.join("nvc/bin/nvc-runtime").is_file());
@@ -315,18 +329,16 @@ fn install_use_uninstall(root: &EngineRoot, config_version: u8) {
     let (cri, status) = exited_after_restart(&containerd, &id);
     let log = installer_log(&w);
     assert_eq!(status.exit_code, 0, "{log}\n{status:?}");
-    for line in [
-        "SIGTERM: uninstalling",
-        "restored /etc/containerd/config.toml",
-        "removed /opt/nvc",
-        "containerd is back",
-        "nvc uninstalled",
-    ] {
-        assert!(
-            log.contains(line),
-            "no {line:?} in the installer's log:\n{log}"
-        );
-    }
+    assert!(
+        !ready.exists(),
+        "the ready file outlived the install:\n{log}"
+    );
+    assert_eq!(
+        restarts(&containerd),
+        2,
+        "containerd was not restarted again:\n{}",
+        containerd.log_tail(40)
+    );
 
     // The node is as it was, and the `nv` handler is gone with nvc.
     assert_eq!(
@@ -372,4 +384,215 @@ fn node_installer_through_containerd21() {
 fn node_installer_through_containerd17() {
     let root = EngineRoot::debian13().unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     install_use_uninstall(&root, 2);
+}
+
+/// The DaemonSet's container for a CRI-O node, as `crio.yaml` has it but for what the
+/// test's node puts elsewhere: CRI-O's config folder, the install folder and the CDI
+/// spec's folder are the test's, at the same paths on the node (CRI-O runs on this
+/// machine, whose `/etc/crio` and `/opt` are not the test's to change). `--reload=none`:
+/// there is no systemd here to run `systemctl restart crio`; the test restarts CRI-O
+/// where systemd would.
+fn crio_installer(w: &World, node: &CrioNode) -> ContainerConfig {
+    let fake = &w.fake;
+    let mount = |host: &Path, container: &str, readonly: bool| Mount {
+        container_path: container.into(),
+        host_path: host.display().to_string(),
+        readonly,
+    };
+    let under_host = |p: &Path| format!("/host{}", p.display());
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: "nvc-node".into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec::named(CRIO_NODE_IMAGE)),
+        args: vec![
+            "--engine=crio".into(),
+            "--reload=none".into(),
+            format!("--engine-config={}", node.etc.join("crio.conf").display()),
+            format!("--install-dir={}", node.opt.join("nvc").display()),
+            format!("--cdi-spec={}", node.cdi.join("nvidia.yaml").display()),
+            format!("--driver-root={}", fake.root.display()),
+            format!("--dev-root={}", fake.dev_root.display()),
+            format!("--proc-root={}", fake.proc_root.display()),
+            "--nvc-config=/etc/nvc-node/config.toml".into(),
+        ],
+        mounts: vec![
+            mount(Path::new("/"), "/host", true),
+            mount(&node.opt, &under_host(&node.opt), false),
+            mount(&node.etc, &under_host(&node.etc), false),
+            mount(&node.cdi, &under_host(&node.cdi), false),
+            mount(&w.config, "/etc/nvc-node/config.toml", true),
+        ],
+        log_path: "nvc-node/0.log".into(),
+        linux: Some(LinuxContainerConfig {
+            security_context: Some(LinuxContainerSecurityContext {
+                privileged: false,
+                namespace_options: Some(namespaces()),
+            }),
+        }),
+        ..ContainerConfig::default()
+    }
+}
+
+/// The image's name in CRI-O's storage.
+const CRIO_NODE_IMAGE: &str = "localhost/nvc-node:test";
+
+/// A CRI-O node's files: its config folder, `/opt` and the CDI folder, test folders.
+struct CrioNode {
+    dir: PathBuf,
+    etc: PathBuf,
+    opt: PathBuf,
+    cdi: PathBuf,
+}
+
+/// The DaemonSet's pod on a CRI-O 1.37 node: install, a CRI-O restart (systemd's, for
+/// `systemctl restart crio`), GPU pods through `nv` and CDI, SIGTERM, the node's files as
+/// before, and `nv` gone after the next restart.
+#[test]
+#[ignore = "needs root and ../shared/cri-o: CRI-O, conmon, skopeo, device nodes"]
+fn node_installer_through_crio137() {
+    let w = World::new();
+    let dir = w.path("node");
+    let node = CrioNode {
+        etc: dir.join("etc-crio"),
+        opt: dir.join("opt"),
+        cdi: dir.join("cdi"),
+        dir,
+    };
+    for d in [&node.etc.join(nvc_tests::CRIO_CONF_D), &node.opt, &node.cdi] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let state = w.path("crio");
+    let settings = CrioSettings {
+        pause_image: super::IMAGE,
+        cdi_spec_dirs: &[&node.cdi],
+        ..CrioSettings::default()
+    };
+    let config = Crio::config(&state, &settings).unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    std::fs::write(node.etc.join("crio.conf"), config).unwrap();
+    // The probe's MKNOD, and the installer's SYS_CHROOT (crio.yaml lists it: CRI-O's
+    // default set lacks it).
+    let capabilities = CAPABILITIES_DROP_IN.replace("\"MKNOD\"]", "\"MKNOD\", \"SYS_CHROOT\"]");
+    std::fs::write(
+        node.etc
+            .join(nvc_tests::CRIO_CONF_D)
+            .join("10-capabilities.conf"),
+        capabilities,
+    )
+    .unwrap();
+    let before = tree_digest(&node.dir);
+    let image = build_image(&w);
+
+    let mut crio = Crio::start_with(
+        &state,
+        &node.etc.join("crio.conf"),
+        &node.etc.join(nvc_tests::CRIO_CONF_D),
+        &[],
+    )
+    .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    crio.import(&w.tarball, super::IMAGE)
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    crio.load_archive(&image, CRIO_NODE_IMAGE)
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let connect = |crio: &Crio| {
+        CriClient::connect_when_ready(&crio.socket, START_TIMEOUT)
+            .unwrap_or_else(|e| panic!("{}\nCRI-O log:\n{}", error_chain(&e), crio.log_tail(40)))
+    };
+    let cri = connect(&crio);
+    let cgroup = format!("/{}", crio.cgroup_parent);
+    let installer_pod = sandbox(&w, "nvc-node", &cgroup);
+    let pod = cri.run_pod_sandbox(&installer_pod, "").unwrap();
+    let id = cri
+        .create_container(&pod, &crio_installer(&w, &node), &installer_pod)
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    cri.start_container(&id).unwrap();
+    let deadline = Instant::now() + INSTALL_TIMEOUT;
+    while !installer_log(&w).contains("nvc node: ready") {
+        assert!(
+            Instant::now() < deadline,
+            "the installer was not ready within {}s:\n{}\nCRI-O log:\n{}",
+            INSTALL_TIMEOUT.as_secs(),
+            installer_log(&w),
+            crio.log_tail(40)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        installer_log(&w).contains("--reload none: restart crio to apply"),
+        "{}",
+        installer_log(&w)
+    );
+    drop(cri);
+    crio.restart()
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let cri = connect(&crio);
+
+    let gpus = w.gpus();
+    let context = |what: &str| {
+        format!(
+            "CRI-O: {what}\nnvc log:\n{}\ninstaller log:\n{}\nCRI-O log:\n{}",
+            w.nvc_log(),
+            installer_log(&w),
+            crio.log_tail(30)
+        )
+    };
+    let run = |cri: &CriClient, name: &str, handler: &str, ask: Ask| {
+        let (pod_sandbox, probe) = probe_pod(&w, name, &cgroup, super::IMAGE, ask, "");
+        outcome(
+            name,
+            cri.run_to_exit(&pod_sandbox, handler, &probe, POD_TIMEOUT),
+        )
+    };
+    let out = run(
+        &cri,
+        "handler-nv",
+        HANDLER,
+        Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[2].uuid),
+    );
+    assert_gpus(&out, &gpus[2..3], &context("the nv handler"));
+    let ask = Ask {
+        cdi_devices: vec![format!("nvidia.com/gpu={}", gpus[0].uuid)],
+        ..Ask::default()
+    };
+    let out = run(&cri, "cdi", "", ask);
+    assert_gpus_with(
+        &out,
+        &gpus[0..1],
+        &["/dev/nvidia-modeset 195:254"],
+        &context("CDI"),
+    );
+
+    // SIGTERM: the revert, no reload (--reload none); the container ends by itself.
+    cri.stop_container(&id, INSTALL_TIMEOUT).unwrap();
+    let status = cri.wait_exited(&id, INSTALL_TIMEOUT).unwrap();
+    let log = installer_log(&w);
+    assert_eq!(status.exit_code, 0, "{log}\n{status:?}");
+    assert!(log.contains("nvc uninstalled"), "{log}");
+    assert_eq!(
+        tree_digest(&node.dir),
+        before,
+        "the node's files changed:\n{log}"
+    );
+    drop(cri);
+    crio.restart()
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let cri = connect(&crio);
+    let out = run(
+        &cri,
+        "after",
+        HANDLER,
+        Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[2].uuid),
+    );
+    assert!(
+        !out.success(),
+        "the nv handler outlived the uninstall: {out:?}"
+    );
+
+    cri.stop_pod_sandbox(&pod).unwrap();
+    cri.remove_pod_sandbox(&pod).unwrap();
+    drop(cri);
+    let cgroup_name = crio.cgroup_parent.clone();
+    drop(crio);
+    w.assert_clean(&[cgroup_name]);
 }
