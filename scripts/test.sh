@@ -146,7 +146,7 @@ programs() {
 # (engines@crio: beside two other engine suites on 2 cores, not yet in a whole run).
 default_times="oci_validation 238 engines@deb 184 hostile@races 175 engines@containerd 132
 engines@docker 131 faults@bad_input 120 engines@crun 106 engines@cri 96 hostile@links 78
-engines@podman 68 nvc_host@container 53 engines@rootless 44 faults@startup 28
+engines@podman 68 nvc_host@container 53 engines@rootless 44 engines@node 40 faults@startup 28
 engines@crio 20 leases 15"
 order() {
     local name rest weight

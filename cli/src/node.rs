@@ -302,7 +302,14 @@ fn run_all(args: &NodeArgs) -> Result<(), NodeCliError> {
     // From here on a stop waits for its turn: one during the install is taken after it.
     effects::block_stop_signals()?;
     let _ = files::remove(&args.ready_file);
-    child(args, "install")?;
+    if let Err(e) = child(args, "install") {
+        // What an install cut short did is undone (nothing, when a check refused the
+        // node): a pod that fails leaves the node as it was, and its successor starts
+        // from there.
+        say!("the install failed: undoing what it did");
+        let _ = child(args, "uninstall");
+        return Err(e);
+    }
     files::write_atomic(
         &args.ready_file,
         b"ready\n",

@@ -13,6 +13,16 @@ cargo build-floor-static
 mkdir -p "$carry/bin" "$carry/debs"
 cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-cuda-version,nvc-fake-driver,nvc-bench,nvc-floor,nvc-cri} "$carry/bin/"
 git describe --always --dirty >"$carry/commit"
+# The node installer's image (tests/gpu/node.sh runs its static nvc): built, and its one
+# layer's /nvc/bin unpacked into $carry/node.
+bash packaging/build-node-image.sh --output target/nvc-node-gpu.oci.tar >/dev/null
+rm -rf "$carry/node" && mkdir -p "$carry/node"
+layout=$(mktemp -d /tmp/nvc-node-image.XXXXXX)
+tar -C "$layout" -xf target/nvc-node-gpu.oci.tar
+layer=$(ls -S "$layout"/blobs/sha256/* | head -1)
+tar -C "$layout" -xzf "$layer" ./nvc/bin
+cp "$layout"/nvc/bin/* "$carry/node/"
+rm -rf "$layout"
 # A base build to time against (tests/gpu/bench-compare.sh): NVC_OLD_COMMIT=<commit>.
 if [ -n "${NVC_OLD_COMMIT:-}" ]; then
     old_tree=$(mktemp -d /tmp/nvc-old.XXXXXX)

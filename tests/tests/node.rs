@@ -211,6 +211,28 @@ fn what_the_node_cannot_take_is_refused_with_nothing_written() {
 
 #[test]
 #[ignore = "needs root: nvc node chroots; the fake driver has device nodes"]
+fn run_undoes_an_install_cut_short() {
+    let node = Node::new("containerd");
+    let before = node.files();
+    // The CDI spec's folder is a file: the install fails after it configured containerd.
+    std::fs::create_dir_all(node.root().join("var/run")).unwrap();
+    std::fs::write(node.root().join("var/run/cdi"), "not a folder").unwrap();
+    let with_file = node.files();
+    let out = node.nvc("run", "containerd", &["--reload=none"]);
+    refused(&out, "the install failed: undoing what it did");
+    assert!(
+        text(&out).contains("removed /etc/containerd/conf.d/99-nvc.toml"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(node.files(), with_file, "{}", text(&out));
+    assert!(!node.root().join("ready").exists());
+    std::fs::remove_dir_all(node.root().join("var")).unwrap();
+    assert_eq!(node.files(), before);
+}
+
+#[test]
+#[ignore = "needs root: nvc node chroots; the fake driver has device nodes"]
 fn a_change_made_after_the_install_is_kept_by_the_uninstall() {
     let node = Node::new("containerd");
     ok(&node.nvc("install", "containerd", &["--reload=none"]));
