@@ -99,6 +99,16 @@ pub enum SysError {
     },
 }
 
+/// Whether this program is linked statically (no program interpreter loaded it: the
+/// kernel's `AT_BASE` is 0). Asked at run time: a crate's `cfg(target_feature =
+/// "crt-static")` is the crate's own, and `cargo rustc` gives the flag to the program's
+/// crate alone. A static program must not load the driver's shared libraries, which need
+/// the host's libc beside the copy linked into it.
+pub fn statically_linked() -> bool {
+    // SAFETY: getauxval reads the auxiliary vector the kernel gave the process.
+    unsafe { libc::getauxval(libc::AT_BASE) == 0 }
+}
+
 /// [`cuda_driver_version`] asked by `helper` (`nvc-cuda-version <libcuda>`, which prints
 /// the number) in a process of its own, with an empty environment: the driver's code never
 /// runs in this one.
@@ -167,6 +177,11 @@ pub fn cuda_driver_version(path: &Path) -> Result<i32, SysError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dynamic_test_program_is_not_static() {
+        assert!(!statically_linked());
+    }
 
     #[test]
     fn reports_what_libcuda_says() {

@@ -59,7 +59,7 @@ impl HostProbe for RealHost {
     fn cuda_driver_version(&self, libcuda: &Path) -> Result<i32, ProbeError> {
         // A static nvc asks nvc-cuda-version beside it (dynamic, the host's libc) instead
         // of loading libcuda itself.
-        let asked = if cfg!(target_feature = "crt-static") {
+        let asked = if crate::statically_linked() {
             let helper = std::env::current_exe()
                 .ok()
                 .and_then(|e| e.parent().map(|d| d.join("nvc-cuda-version")))
@@ -77,7 +77,7 @@ impl HostProbe for RealHost {
     fn gpu_details(&self, nvml: &Path, uuids: &[&str]) -> Result<Vec<GpuDetails>, ProbeError> {
         // A static nvc (the node installer's) cannot load a shared library that needs the
         // host's libc beside its own copy of glibc: it goes without NVML's columns.
-        if cfg!(target_feature = "crt-static") {
+        if crate::statically_linked() {
             return Err(ProbeError {
                 library: nvml.to_path_buf(),
                 source: "this nvc is linked statically and does not load NVML; the \

@@ -39,7 +39,7 @@ check "install succeeded" test "${PIPESTATUS[0]}" = 0
 check "the image's nvc is static (no program interpreter)" test "$(interp "$carry/node/nvc")" = False
 check "nvc-runtime installed" test -x "$node/opt/nvc/bin/nvc-runtime"
 check "containerd's drop-in names the installed runtime" grep -q "$node/opt/nvc/bin/nvc-runtime" "$node/etc-containerd/conf.d/99-nvc.toml"
-check "the CDI spec names the GPUs" grep -q 'hostPath: /dev/nvidia0' "$node/cdi/nvidia.yaml"
+check "the CDI spec names the GPUs" grep -q 'path: /dev/nvidia0' "$node/cdi/nvidia.yaml"
 check "the CDI spec's hook is the installed one" grep -q "$node/opt/nvc/bin/nvc-hook" "$node/cdi/nvidia.yaml"
 
 echo; echo "--- a GPU container through the installed nvc-runtime, no NVC_CONFIG"
@@ -53,7 +53,7 @@ check "nvidia-smi -L inside equals the host's" test "$(echo "$got" | grep '^GPU 
 
 echo; echo "--- nvc info of the installed (static) nvc"
 info=$(env -u NVC_CONFIG "$node/opt/nvc/bin/nvc" info 2>&1)
-echo "$info"
+echo "$info (exit $?)"
 check "info: the driver's version, as nvidia-smi says" grep -q "^Driver version:  $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)$" <<<"$info"
 check "info: a CUDA version, asked of nvc-cuda-version" grep -Eq '^CUDA version: +[0-9]+\.[0-9]+' <<<"$info"
 
