@@ -1,5 +1,5 @@
-//! `nvc-hook cdi-links`, `nvc-hook update-ldcache` and `nvc-hook cdi-mask-proc`: the
-//! `createContainer` hooks that nvc's CDI spec asks the engine to run (see
+//! `nvc-hook cdi-setup` (and `cdi-links`, `update-ldcache` and `cdi-mask-proc` of earlier
+//! specs): the `createContainer` hooks that nvc's CDI spec asks the engine to run (see
 //! `libnvc::cdi::hooks` and `nvc_host::cdi_hooks`, which say why they work on the rootfs
 //! path in the namespace they start in, and never enter another).
 
@@ -44,5 +44,27 @@ fn run(mode: &str, args: &[String]) -> Result<(), CdiHookError> {
     // The arguments first: a spec with bad ones fails before anything is read.
     let hook = CdiHook::from_args(mode, args)?;
     let state = libnvc::oci::state::read(std::io::stdin())?;
-    nvc_host::cdi_hooks::run(&hook, &state)
+    if !matches!(hook, CdiHook::Setup { .. }) {
+        return nvc_host::cdi_hooks::run(&hook, &state);
+    }
+    // `cdi-setup` keeps the record the spec's poststop hook reads, in the state folder of
+    // the nvc config (the binaries' own config: the spec names none); a config that
+    // cannot be read costs the record, not the container.
+    let config = match nvc_config::Config::load_from_env() {
+        Ok((config, _)) => {
+            nvc_host::logging::init(&config.log, "nvc-hook");
+            config
+        }
+        Err(e) => {
+            eprintln!(
+                "nvc-hook {mode}: what nvc makes in this container stays after it (no \
+                 record kept): {}",
+                libnvc::report::error_chain(&e)
+            );
+            let mut config = nvc_config::Config::default();
+            config.hook.leave_no_trace = nvc_config::NoTrace::Never;
+            config
+        }
+    };
+    nvc_host::cdi_hooks::run_recorded(&hook, &state, &config)
 }

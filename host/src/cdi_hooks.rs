@@ -1,6 +1,20 @@
-//! Runs the hooks a CDI spec asks the engine to run (`nvc-hook cdi-links`,
-//! `nvc-hook update-ldcache` and `nvc-hook cdi-mask-proc`; their arguments are
-//! [`libnvc::cdi::hooks::CdiHook`]).
+//! Runs the hooks a CDI spec asks the engine to run (`nvc-hook cdi-setup`, and the
+//! `cdi-links`, `update-ldcache` and `cdi-mask-proc` of earlier specs; their arguments
+//! are [`libnvc::cdi::hooks::CdiHook`]).
+//!
+//! # No trace
+//!
+//! `cdi-setup` keeps the prestart hook's record ([`crate::trace`]) of the links it made
+//! and of the image's ld.so.cache it replaced, in nvc's state folder (the host's: the new
+//! mount namespace is a copy of the runtime's), for the spec's poststop hook, `nvc-hook
+//! poststop`, which takes them away when the container ends exactly as it does for the
+//! prestart path ([`crate::lifecycle::poststop`]). The same rules decide whether a record
+//! is kept (`hook.leave-no-trace`, and a poststop hook of nvc's in the container's
+//! spec). The record names the container's init by its pid in the host's PID namespace:
+//! the state's `pid` is the init's `getpid()`, 1 in a new PID namespace, so the hook
+//! reads its parent, the init that runs it, from `/proc/self/stat` of the host's procfs,
+//! still at `/proc`. The mount points the engine made for the spec's mounts, and the
+//! mask's mount, are the engine's and go with the container's mounts, not with nvc.
 //!
 //! # The stage, and why it is safe
 //!
@@ -65,8 +79,11 @@ use log::info;
 use serde::Deserialize;
 
 use crate::container::{ContainerRoot, FileKind, FsError};
+use crate::ldcache::CacheChange;
 use crate::probe::RealHost;
 use crate::proc_mask::{Masked, ProcMask};
+use crate::state::{RootfsState, StateDir};
+use crate::trace::{self, RecordDir, Trace};
 
 /// The most entries read from one library folder.
 const MAX_DIR_ENTRIES: usize = 1 << 16;
@@ -124,6 +141,8 @@ pub enum CdiHookError {
 
 #[derive(Deserialize)]
 struct State {
+    #[serde(default)]
+    id: String,
     bundle: PathBuf,
 }
 
@@ -149,6 +168,150 @@ pub fn run(hook: &CdiHook, state: &[u8]) -> Result<(), CdiHookError> {
     let view = view_from_state(state)?;
     let root = ContainerRoot::open(&view.rootfs)?;
     run_in(hook, &view, &root)
+}
+
+/// `cdi-setup` ([`run_in`]) in the container that `state` describes, keeping the record
+/// of what it makes in `config`'s state folder when the container's end runs nvc's
+/// poststop hook ([`libnvc::plan::keeps_record`]); a set-up that fails takes away what it
+/// had made, and its record.
+pub fn run_recorded(
+    hook: &CdiHook,
+    state: &[u8],
+    config: &nvc_config::Config,
+) -> Result<(), CdiHookError> {
+    let parsed: State = serde_json::from_slice(state).map_err(CdiHookError::State)?;
+    if !parsed.bundle.is_absolute() {
+        return Err(CdiHookError::RelativeBundle(parsed.bundle));
+    }
+    let spec_value = spec::read_spec(&RealHost, &parsed.bundle.join("config.json"))?;
+    let view = spec::view(&spec_value, &parsed.bundle)?;
+    let keep = !parsed.id.is_empty() && libnvc::plan::keeps_record(config, &view, &spec_value);
+    let lock = match keep {
+        true => untraced(StateDir::of(config).lock_rootfs(&view.rootfs)),
+        false => None,
+    };
+    let record = lock.as_ref().and_then(|lock| {
+        let name = RootfsState::record_name(&parsed.id, &parsed.bundle);
+        trace::sweep(lock, &view.rootfs, Some(&name));
+        untraced(RecordDir::create(
+            lock,
+            &parsed.id,
+            &parsed.bundle,
+            &view.rootfs,
+            init_pid().unwrap_or(0),
+        ))
+    });
+    let root = ContainerRoot::open(&view.rootfs)?;
+    if let Some(record) = &record {
+        root.journal_to(record.journal());
+    }
+    let mut ldcache = None;
+    let result = set_up(hook, &view, &root, &mut ldcache);
+    let made = Trace {
+        made: root.made(),
+        ldcache,
+    };
+    drop(root);
+    match result {
+        Ok(()) => {
+            if let (Some(lock), Some(record)) = (&lock, record) {
+                untraced(record.save(lock, &made));
+            }
+            Ok(())
+        }
+        Err(e) => {
+            match trace::take_back(&view.rootfs, &made) {
+                Ok(undone) => info!(
+                    "the container was not started: {} things nvc made taken away, {} left",
+                    undone.removed,
+                    undone.left.len()
+                ),
+                Err(e) => log::warn!(
+                    "what nvc made in the rootfs of the refused container stays: {}",
+                    libnvc::report::error_chain(&e)
+                ),
+            }
+            if let (Some(lock), Some(record)) = (&lock, record) {
+                record.remove(lock);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// `result`'s value; its error only logged: what nvc makes then stays in the rootfs.
+fn untraced<T, E: std::error::Error>(result: Result<T, E>) -> Option<T> {
+    result
+        .map_err(|e| {
+            log::warn!(
+                "what nvc makes in the rootfs stays after the container: {}",
+                libnvc::report::error_chain(&e)
+            )
+        })
+        .ok()
+}
+
+/// The container's init in the host's PID namespace: this hook's parent, read from the
+/// host's procfs, which is still at `/proc` at this stage (`getppid` would answer in the
+/// container's PID namespace).
+fn init_pid() -> Option<i32> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let (_, after) = stat.rsplit_once(')')?;
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The set-up steps of `hook` (each mode's, or all three of `cdi-setup`), noting the
+/// ld.so.cache written in `ldcache`.
+fn set_up(
+    hook: &CdiHook,
+    view: &SpecView,
+    root: &ContainerRoot,
+    ldcache: &mut Option<CacheChange>,
+) -> Result<(), CdiHookError> {
+    let CdiHook::Setup {
+        links,
+        folders,
+        compat_above,
+        proc_root,
+    } = hook
+    else {
+        return run_in(hook, view, root);
+    };
+    make_links(links, view, root)?;
+    if !folders.is_empty() {
+        *ldcache = crate::ldcache::update_noted(
+            root,
+            folder_entries_of(root, folders)?,
+            compat_above.as_ref(),
+        )?;
+    }
+    if let Some(proc_root) = proc_root {
+        mask_proc(proc_root, view, root)?;
+    }
+    Ok(())
+}
+
+fn make_links(
+    links: &[hooks::Link],
+    view: &SpecView,
+    root: &ContainerRoot,
+) -> Result<(), CdiHookError> {
+    for link in links {
+        root.symlink(&link.link, &link.target)
+            .map_err(|e| read_only_before_hooks(e, view))?;
+    }
+    Ok(())
+}
+
+fn folder_entries_of(
+    root: &ContainerRoot,
+    folders: &[PathBuf],
+) -> Result<Vec<Entry>, CdiHookError> {
+    let mut ours = Vec::new();
+    for folder in folders {
+        ours.extend(folder_entries(root, folder)?);
+    }
+    Ok(ours)
 }
 
 /// `e`, or [`CdiHookError::ReadOnlyBeforeHooks`] when it is the read-only file system of a
@@ -208,24 +371,16 @@ fn is_proc(destination: &Path) -> bool {
 pub fn run_in(hook: &CdiHook, view: &SpecView, root: &ContainerRoot) -> Result<(), CdiHookError> {
     match hook {
         CdiHook::MaskProc { proc_root } => mask_proc(proc_root, view, root),
-        CdiHook::Links(links) => {
-            for link in links {
-                root.symlink(&link.link, &link.target)
-                    .map_err(|e| read_only_before_hooks(e, view))?;
-            }
-            Ok(())
-        }
+        CdiHook::Links(links) => make_links(links, view, root),
         CdiHook::UpdateLdcache {
             folders,
             compat_above,
         } => {
-            let mut ours = Vec::new();
-            for folder in folders {
-                ours.extend(folder_entries(root, folder)?);
-            }
+            let ours = folder_entries_of(root, folders)?;
             crate::ldcache::update(root, ours, compat_above.as_ref())?;
             Ok(())
         }
+        CdiHook::Setup { .. } => set_up(hook, view, root, &mut None),
     }
 }
 

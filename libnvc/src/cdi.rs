@@ -55,6 +55,10 @@ pub const HOOK_ENV_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/
 /// The OCI hook stage the spec's hooks run in: in the container's mount namespace, after
 /// the runtime made the mounts and before `pivot_root` (see [`hooks`]).
 pub const HOOK_STAGE: &str = "createContainer";
+
+/// The OCI hook stage of the hook that takes away what the set-up made: after the
+/// container ended, in the runtime's namespace.
+pub const POSTSTOP_STAGE: &str = "poststop";
 /// Set in every container that gets devices from the spec, so that nvc's shim and NVIDIA's
 /// legacy hook, seeing a CUDA image's `NVIDIA_VISIBLE_DEVICES=all`, do not inject the
 /// driver a second time.
@@ -299,28 +303,32 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
             link: s.link.clone(),
         })
         .collect();
-    let mut wanted = Vec::new();
-    if !links.is_empty() {
-        wanted.push(hooks::CdiHook::Links(links));
-    }
-    if !edits.ldcache_dirs.is_empty() {
-        wanted.push(hooks::CdiHook::UpdateLdcache {
-            folders: edits.ldcache_dirs.clone(),
-            compat_above: driver.version(),
-        });
-    }
-    // Every GPU is discovered from `<proc root>/driver/nvidia/gpus`: where there is one,
-    // the host has the folder that the mask hides from containers but for their own GPUs.
-    if !driver.gpus.is_empty() {
-        wanted.push(hooks::CdiHook::MaskProc {
-            proc_root: driver.roots.proc_root.clone(),
-        });
-    }
-    for hook in wanted {
+    // One process for the whole set-up ([`hooks::CdiHook::Setup`]): the links, the
+    // ld.so.cache, and, where the host has GPUs under `<proc root>/driver/nvidia`, the
+    // mask that hides all but the container's own.
+    let folders = edits.ldcache_dirs.clone();
+    let proc_root = (!driver.gpus.is_empty()).then(|| driver.roots.proc_root.clone());
+    let has_work = !links.is_empty() || !folders.is_empty() || proc_root.is_some();
+    let setup = hooks::CdiHook::Setup {
+        compat_above: (!folders.is_empty()).then(|| driver.version()).flatten(),
+        links,
+        folders,
+        proc_root,
+    };
+    if has_work {
         spec_hooks.push(CdiHookEntry {
             hook_name: HOOK_STAGE.to_string(),
             path: hook_path.clone(),
-            args: hook.args()?,
+            args: setup.args()?,
+            env: vec![HOOK_ENV_PATH.to_string()],
+        });
+        // What it made goes when the container ends: the prestart path's poststop hook,
+        // which reads the record `cdi-setup` kept (`hook.leave-no-trace` decides, as
+        // there).
+        spec_hooks.push(CdiHookEntry {
+            hook_name: POSTSTOP_STAGE.to_string(),
+            path: hook_path,
+            args: vec![hooks::ARGV0.to_string(), hooks::POSTSTOP_MODE.to_string()],
             env: vec![HOOK_ENV_PATH.to_string()],
         });
     }
@@ -479,20 +487,29 @@ mod tests {
             ["/dev/nvidiactl 195:255"]
         );
         assert_eq!(spec.container_edits.env, [VISIBLE_DEVICES_VOID]);
-        // No library, so no link or cache hook; GPUs, so the mask over their proc folder.
+        // No library, so no link or cache; GPUs, so the mask over their proc folder; and
+        // the poststop hook that takes away what the set-up made.
         assert_eq!(
             spec.container_edits.hooks,
-            [CdiHookEntry {
-                hook_name: HOOK_STAGE.into(),
-                path: "/usr/bin/nvc-hook".into(),
-                args: vec![
-                    "nvc-hook".into(),
-                    "cdi-mask-proc".into(),
-                    "--proc-root".into(),
-                    "/proc".into()
-                ],
-                env: vec![HOOK_ENV_PATH.into()],
-            }]
+            [
+                CdiHookEntry {
+                    hook_name: HOOK_STAGE.into(),
+                    path: "/usr/bin/nvc-hook".into(),
+                    args: vec![
+                        "nvc-hook".into(),
+                        "cdi-setup".into(),
+                        "--proc-root".into(),
+                        "/proc".into()
+                    ],
+                    env: vec![HOOK_ENV_PATH.into()],
+                },
+                CdiHookEntry {
+                    hook_name: POSTSTOP_STAGE.into(),
+                    path: "/usr/bin/nvc-hook".into(),
+                    args: vec!["nvc-hook".into(), "poststop".into()],
+                    env: vec![HOOK_ENV_PATH.into()],
+                }
+            ]
         );
         // No GPU: nothing under /proc/driver/nvidia to hide.
         let mut no_gpu = d.clone();

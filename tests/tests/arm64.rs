@@ -360,16 +360,22 @@ fn aarch64_config(fake: &FakeDriver, dir: &Path, bins: &Path) -> PathBuf {
 }
 
 /// The CDI spec's edits for the device `all`, as CDI's library applies them, less the
-/// `cdi-mask-proc` hook: qemu-user 7.2 (Debian 12) has no open_tree(2), so the mask over
-/// /proc/driver/nvidia cannot be mounted under it. Nothing else is left out.
+/// set-up hook's mask (`--proc-root`): qemu-user 7.2 (Debian 12) has no open_tree(2), so
+/// the mask over /proc/driver/nvidia cannot be mounted under it. Nothing else is left out.
 fn apply_cdi(bundle: Bundle, spec: &Value) -> Bundle {
-    bundle.with_cdi_edits(spec, &["all"], |h| {
-        !h["args"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|a| a == "cdi-mask-proc")
-    })
+    let mut spec = spec.clone();
+    for hook in spec["containerEdits"]["hooks"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(args) = hook["args"].as_array_mut() {
+            if let Some(at) = args.iter().position(|a| a == "--proc-root") {
+                args.drain(at..at + 2);
+            }
+        }
+    }
+    bundle.with_cdi_edits(&spec, &["all"], |_| true)
 }
 
 /// qemu-aarch64 registered with binfmt_misc, for aarch64 programs the kernel starts itself
@@ -411,8 +417,8 @@ fn an_aarch64_container_gets_a_cache_its_ldconfig_and_loader_read() {
     );
     let spec: Value = serde_json::from_slice(&out.stdout).unwrap();
     let hooks = spec["containerEdits"]["hooks"].to_string();
-    for hook in ["update-ldcache", "cdi-mask-proc"] {
-        assert!(hooks.contains(hook), "no {hook} hook in {hooks}");
+    for part in ["cdi-setup", "--folder", "--proc-root"] {
+        assert!(hooks.contains(part), "no {part} in the hooks {hooks}");
     }
     let bundle = Bundle::new(&bundle_dir, &rootfs)
         .unwrap()

@@ -1,8 +1,10 @@
-//! The hooks a CDI spec asks the engine to run: `nvc-hook cdi-links` (the driver's soname
-//! links), `nvc-hook update-ldcache` (the container's ld.so.cache) and `nvc-hook
-//! cdi-mask-proc` (the container's `/proc/driver/nvidia` masked to its GPUs, as the
-//! prestart hook masks it). Their arguments say everything they do; [`CdiHook::args`]
-//! writes them and [`CdiHook::from_args`] reads them back. Which GPUs `cdi-mask-proc`
+//! The hooks a CDI spec asks the engine to run: `nvc-hook cdi-setup`, one process that
+//! makes the driver's soname links, updates the container's ld.so.cache and masks its
+//! `/proc/driver/nvidia` to its GPUs (as the prestart hook does all three), which is what
+//! [`super::generate`] writes; and, for specs written by earlier versions, the three
+//! alone: `nvc-hook cdi-links`, `nvc-hook update-ldcache` and `nvc-hook cdi-mask-proc`.
+//! Their arguments say everything they do; [`CdiHook::args`] writes them and
+//! [`CdiHook::from_args`] reads them back. Which GPUs `cdi-mask-proc`
 //! shows is [`visible_gpus`]'s decision, from the container's `linux.devices`.
 //!
 //! # The stage, and why it is safe
@@ -52,6 +54,11 @@ pub const LINKS_MODE: &str = "cdi-links";
 pub const LDCACHE_MODE: &str = "update-ldcache";
 /// The mode that masks `/proc/driver/nvidia`.
 pub const MASK_PROC_MODE: &str = "cdi-mask-proc";
+/// The mode that does all three, in one process.
+pub const SETUP_MODE: &str = "cdi-setup";
+/// The stage and mode of the hook that takes away, when the container ends, what
+/// `cdi-setup` made in its rootfs: the prestart path's own poststop hook.
+pub const POSTSTOP_MODE: &str = "poststop";
 /// `args[0]` of every hook.
 pub const ARGV0: &str = "nvc-hook";
 /// The flag that passes the host driver's version for CUDA forward compatibility.
@@ -120,6 +127,19 @@ pub enum CdiHook {
         /// host's own).
         proc_root: PathBuf,
     },
+    /// `cdi-setup [--link …] [--folder … [--cuda-compat-above …]] [--proc-root …]`: the
+    /// three above, in that order, in one process (the links before the cache lists
+    /// them; the mask only with `--proc-root`).
+    Setup {
+        /// The links to make.
+        links: Vec<Link>,
+        /// The folders whose libraries go into the ld.so.cache (none: the cache is left).
+        folders: Vec<PathBuf>,
+        /// The host driver's version, above which the image's compat libraries win.
+        compat_above: Option<Version>,
+        /// The host's proc root whose `driver/nvidia` the mask shows (none: no mask).
+        proc_root: Option<PathBuf>,
+    },
 }
 
 /// Hook arguments that are not what the spec writes.
@@ -158,14 +178,17 @@ pub enum HookArgsError {
         flag: &'static str,
     },
     /// A mode that is not a CDI hook's.
-    #[error("unknown CDI hook mode {0:?} (expected cdi-links, update-ldcache or cdi-mask-proc)")]
+    #[error(
+        "unknown CDI hook mode {0:?} (expected cdi-setup, cdi-links, update-ldcache or \
+         cdi-mask-proc)"
+    )]
     Mode(String),
 }
 
 impl CdiHook {
     /// Whether `mode` (`argv[1]`) is one of these hooks'.
     pub fn is_mode(mode: &str) -> bool {
-        [LINKS_MODE, LDCACHE_MODE, MASK_PROC_MODE].contains(&mode)
+        [SETUP_MODE, LINKS_MODE, LDCACHE_MODE, MASK_PROC_MODE].contains(&mode)
     }
 
     /// The mode, `argv[1]`.
@@ -174,46 +197,47 @@ impl CdiHook {
             CdiHook::Links(_) => LINKS_MODE,
             CdiHook::UpdateLdcache { .. } => LDCACHE_MODE,
             CdiHook::MaskProc { .. } => MASK_PROC_MODE,
+            CdiHook::Setup { .. } => SETUP_MODE,
         }
     }
 
     /// The whole argv of the hook, `args[0]` included.
     pub fn args(&self) -> Result<Vec<String>, CdiError> {
         let mut args = vec![ARGV0.to_string(), self.mode().to_string()];
-        match self {
-            CdiHook::Links(links) => {
-                for link in links {
-                    args.push("--link".to_string());
-                    args.push(link.to_arg()?);
-                }
-            }
+        let path = |p: &PathBuf| -> Result<String, CdiError> {
+            p.to_str()
+                .map(str::to_string)
+                .ok_or_else(|| CdiError::NotUtf8(p.clone()))
+        };
+        let (links, folders, compat_above, proc_root): (&[Link], &[PathBuf], _, _) = match self {
+            CdiHook::Links(links) => (links, &[], None, None),
             CdiHook::UpdateLdcache {
                 folders,
                 compat_above,
-            } => {
-                for folder in folders {
-                    args.push("--folder".to_string());
-                    args.push(
-                        folder
-                            .to_str()
-                            .ok_or_else(|| CdiError::NotUtf8(folder.clone()))?
-                            .to_string(),
-                    );
-                }
-                if let Some(version) = compat_above {
-                    args.push(COMPAT_FLAG.to_string());
-                    args.push(version.to_string());
-                }
-            }
-            CdiHook::MaskProc { proc_root } => {
-                args.push(PROC_ROOT_FLAG.to_string());
-                args.push(
-                    proc_root
-                        .to_str()
-                        .ok_or_else(|| CdiError::NotUtf8(proc_root.clone()))?
-                        .to_string(),
-                );
-            }
+            } => (&[], folders, compat_above.as_ref(), None),
+            CdiHook::MaskProc { proc_root } => (&[], &[], None, Some(proc_root)),
+            CdiHook::Setup {
+                links,
+                folders,
+                compat_above,
+                proc_root,
+            } => (links, folders, compat_above.as_ref(), proc_root.as_ref()),
+        };
+        for link in links {
+            args.push("--link".to_string());
+            args.push(link.to_arg()?);
+        }
+        for folder in folders {
+            args.push("--folder".to_string());
+            args.push(path(folder)?);
+        }
+        if let Some(version) = compat_above {
+            args.push(COMPAT_FLAG.to_string());
+            args.push(version.to_string());
+        }
+        if let Some(root) = proc_root {
+            args.push(PROC_ROOT_FLAG.to_string());
+            args.push(path(root)?);
         }
         Ok(args)
     }
@@ -228,6 +252,12 @@ impl CdiHook {
                 "--folder <dir> and --cuda-compat-above <driver version>",
             ),
             MASK_PROC_MODE => (MASK_PROC_MODE, &[PROC_ROOT_FLAG], "--proc-root <dir>"),
+            SETUP_MODE => (
+                SETUP_MODE,
+                &["--link", "--folder", COMPAT_FLAG, PROC_ROOT_FLAG],
+                "--link <target>::<link>, --folder <dir>, --cuda-compat-above <driver \
+                 version> and --proc-root <dir>",
+            ),
             other => return Err(HookArgsError::Mode(other.to_string())),
         };
         let mut values: Vec<(&'static str, String)> = Vec::new();
@@ -249,44 +279,59 @@ impl CdiHook {
                 expected,
             });
         }
-        if mode == LINKS_MODE {
-            let links = values
-                .iter()
-                .map(|(_, v)| Link::parse(v))
-                .collect::<Result<_, _>>()?;
-            return Ok(CdiHook::Links(links));
-        }
-        if mode == MASK_PROC_MODE {
-            let [(_, root)] = values.as_slice() else {
-                return Err(HookArgsError::Once {
-                    flag: PROC_ROOT_FLAG,
-                });
-            };
-            let proc_root = PathBuf::from(root);
-            if !proc_root.is_absolute() {
-                return Err(HookArgsError::BadProcRoot(root.clone()));
-            }
-            return Ok(CdiHook::MaskProc { proc_root });
-        }
+        let mut links = Vec::new();
         let mut folders = Vec::new();
         let mut compat_above = None;
+        let mut proc_roots = Vec::new();
         for (flag, v) in values {
-            if flag == COMPAT_FLAG {
-                let version = v
-                    .parse::<Version>()
-                    .map_err(|_| HookArgsError::BadVersion(v.clone()))?;
-                compat_above = Some(version);
-                continue;
+            match flag {
+                "--link" => links.push(Link::parse(&v)?),
+                COMPAT_FLAG => {
+                    let version = v
+                        .parse::<Version>()
+                        .map_err(|_| HookArgsError::BadVersion(v.clone()))?;
+                    compat_above = Some(version);
+                }
+                PROC_ROOT_FLAG => {
+                    let proc_root = PathBuf::from(&v);
+                    if !proc_root.is_absolute() {
+                        return Err(HookArgsError::BadProcRoot(v));
+                    }
+                    proc_roots.push(proc_root);
+                }
+                _ => {
+                    let p = PathBuf::from(&v);
+                    if !p.is_absolute() {
+                        return Err(HookArgsError::BadFolder(v));
+                    }
+                    folders.push(p);
+                }
             }
-            let p = PathBuf::from(&v);
-            if !p.is_absolute() {
-                return Err(HookArgsError::BadFolder(v));
-            }
-            folders.push(p);
         }
-        Ok(CdiHook::UpdateLdcache {
-            folders,
-            compat_above,
+        let once = || HookArgsError::Once {
+            flag: PROC_ROOT_FLAG,
+        };
+        Ok(match mode {
+            LINKS_MODE => CdiHook::Links(links),
+            LDCACHE_MODE => CdiHook::UpdateLdcache {
+                folders,
+                compat_above,
+            },
+            MASK_PROC_MODE => match <[PathBuf; 1]>::try_from(proc_roots) {
+                Ok([proc_root]) => CdiHook::MaskProc { proc_root },
+                Err(_) => return Err(once()),
+            },
+            _ => {
+                if proc_roots.len() > 1 {
+                    return Err(once());
+                }
+                CdiHook::Setup {
+                    links,
+                    folders,
+                    compat_above,
+                    proc_root: proc_roots.pop(),
+                }
+            }
         })
     }
 }
@@ -316,13 +361,19 @@ pub fn visible_gpus(
 /// The `--proc-root` of a `cdi-mask-proc` hook's argv (`args[0]` included), when it is
 /// one: what `nvc check` compares with the host's proc root.
 pub fn mask_proc_root(args: &[&str]) -> Option<PathBuf> {
+    parse_argv(args).and_then(|hook| match hook {
+        CdiHook::MaskProc { proc_root } => Some(proc_root),
+        CdiHook::Setup { proc_root, .. } => proc_root,
+        _ => None,
+    })
+}
+
+/// The hook of an argv (`args[0]` included), when it is a CDI hook's.
+pub fn parse_argv(args: &[&str]) -> Option<CdiHook> {
     match args {
-        [_, mode, rest @ ..] if *mode == MASK_PROC_MODE => {
+        [_, mode, rest @ ..] if CdiHook::is_mode(mode) => {
             let rest: Vec<String> = rest.iter().map(|s| s.to_string()).collect();
-            match CdiHook::from_args(mode, &rest) {
-                Ok(CdiHook::MaskProc { proc_root }) => Some(proc_root),
-                _ => None,
-            }
+            CdiHook::from_args(mode, &rest).ok()
         }
         _ => None,
     }
@@ -363,6 +414,21 @@ mod tests {
             CdiHook::MaskProc {
                 proc_root: "/proc".into(),
             },
+            CdiHook::Setup {
+                links: vec![Link {
+                    target: "libcuda.so.999.88.77".into(),
+                    link: "/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+                }],
+                folders: vec!["/usr/lib/x86_64-linux-gnu".into()],
+                compat_above: Some("580.159.04".parse().unwrap()),
+                proc_root: Some("/proc".into()),
+            },
+            CdiHook::Setup {
+                links: Vec::new(),
+                folders: Vec::new(),
+                compat_above: None,
+                proc_root: None,
+            },
         ];
         for hook in hooks {
             let args = hook.args().unwrap();
@@ -390,6 +456,41 @@ mod tests {
                 compat_above: None,
             }
         );
+    }
+
+    #[test]
+    fn setup_takes_every_step_s_flags_and_one_proc_root() {
+        let args = strings(&[
+            "--link",
+            "libcuda.so.1::/usr/lib64/libcuda.so",
+            "--proc-root=/proc",
+            "--folder",
+            "/usr/lib64",
+        ]);
+        let hook = CdiHook::from_args(SETUP_MODE, &args).unwrap();
+        assert_eq!(
+            hook.args().unwrap(),
+            [
+                "nvc-hook",
+                "cdi-setup",
+                "--link",
+                "libcuda.so.1::/usr/lib64/libcuda.so",
+                "--folder",
+                "/usr/lib64",
+                "--proc-root",
+                "/proc"
+            ]
+        );
+        let twice = strings(&["--proc-root", "/proc", "--proc-root", "/proc"]);
+        assert_eq!(
+            CdiHook::from_args(SETUP_MODE, &twice),
+            Err(HookArgsError::Once {
+                flag: PROC_ROOT_FLAG
+            })
+        );
+        let argv = ["nvc-hook", "cdi-setup", "--proc-root", "/host/proc"];
+        assert_eq!(mask_proc_root(&argv), Some(PathBuf::from("/host/proc")));
+        assert_eq!(mask_proc_root(&["nvc-hook", "cdi-setup"]), None);
     }
 
     #[test]

@@ -197,26 +197,10 @@ impl Containerd {
         cdi: Option<&Path>,
     ) -> Result<Containerd, EngineError> {
         let (dir, config) = Containerd::prepare(dir)?;
-        let mut command = root.command("/usr/bin/containerd", binds, cdi);
-        command
-            .arg("--config")
-            .arg(&config)
-            .env("TMPDIR", dir.join("tmp"));
-        for (key, value) in env {
-            command.env(key, value);
-        }
-        let client = CtrClient {
-            ctr: PathBuf::from("/usr/bin/ctr"),
-            socket: dir.join("containerd.sock"),
-            namespace: cgroup_name("containerd"),
-            io_dir: dir.join("io"),
-            root: Some((
-                root.clone(),
-                binds.iter().map(|b| b.to_path_buf()).collect(),
-                cdi.map(Path::to_path_buf),
-            )),
-        };
-        Containerd::launch(dir, config, command, client)
+        let command = root.command("/usr/bin/containerd", binds, cdi);
+        let binds = binds.iter().map(|b| b.to_path_buf()).collect();
+        let ctr_view = (root.clone(), binds, cdi.map(Path::to_path_buf));
+        Containerd::launch_in(command, dir, config, env, ctr_view)
     }
 
     /// The containerd of `root` as a node runs it: in `view` (the node's files placed
@@ -236,10 +220,23 @@ impl Containerd {
             restart_always: true,
             ..view.clone()
         };
-        let mut command = root.command_in("/usr/bin/containerd", &view);
+        let command = root.command_in("/usr/bin/containerd", &view);
+        let ctr_view = (root.clone(), view.binds.clone(), None);
+        Containerd::launch_in(command, dir, config.to_path_buf(), env, ctr_view)
+    }
+
+    /// Launches `command`, a containerd of a root, with `--config config` and `env`, and
+    /// `ctr` run in the root with `ctr_view`'s binds and `/etc/cdi`.
+    fn launch_in(
+        mut command: Command,
+        dir: PathBuf,
+        config: PathBuf,
+        env: &[(&str, &OsStr)],
+        ctr_view: (EngineRoot, Vec<PathBuf>, Option<PathBuf>),
+    ) -> Result<Containerd, EngineError> {
         command
             .arg("--config")
-            .arg(config)
+            .arg(&config)
             .env("TMPDIR", dir.join("tmp"));
         for (key, value) in env {
             command.env(key, value);
@@ -249,9 +246,9 @@ impl Containerd {
             socket: dir.join("containerd.sock"),
             namespace: cgroup_name("containerd"),
             io_dir: dir.join("io"),
-            root: Some((root.clone(), view.binds.clone(), None)),
+            root: Some(ctr_view),
         };
-        Containerd::launch(dir, config.to_path_buf(), command, client)
+        Containerd::launch(dir, config, command, client)
     }
 
     /// `ctr images import` of the OCI archive `archive` (a path `ctr` sees) into the CRI

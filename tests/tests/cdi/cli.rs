@@ -99,44 +99,43 @@ fn generated_spec_describes_the_fake_driver() {
         .iter()
         .any(|m| m["containerPath"] == "/usr/bin/nvidia-smi"));
 
-    // hooks: createContainer, the configured absolute hook path, only PATH
+    // hooks: one createContainer set-up and its poststop, the configured absolute hook
+    // path, only PATH
     let hook_path = workspace_bin("nvc-hook");
     let hooks = edits["hooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 3, "{hooks:?}");
+    assert_eq!(hooks.len(), 2, "{hooks:?}");
     for hook in hooks {
-        assert_eq!(hook["hookName"], "createContainer");
         assert_eq!(hook["path"], json!(hook_path));
         assert!(Path::new(hook["path"].as_str().unwrap()).is_absolute());
         assert_eq!(hook["env"], json!([HOOK_ENV]));
         assert_eq!(hook["args"][0], "nvc-hook");
     }
-    let links: Vec<&str> = hooks[0]["args"]
+    assert_eq!(hooks[0]["hookName"], "createContainer");
+    assert_eq!(hooks[1]["hookName"], "poststop");
+    assert_eq!(hooks[1]["args"], json!(["nvc-hook", "poststop"]));
+    let setup: Vec<&str> = hooks[0]["args"]
         .as_array()
         .unwrap()
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert_eq!(links[1], "cdi-links");
-    assert!(links.contains(&&*format!("libcuda.so.999.88.77::{LIB}/libcuda.so.1")));
-    assert!(links.contains(&&*format!(
+    assert_eq!(setup[1], "cdi-setup");
+    assert!(setup.contains(&&*format!("libcuda.so.999.88.77::{LIB}/libcuda.so.1")));
+    assert!(setup.contains(&&*format!(
         "libnvidia-ml.so.999.88.77::{LIB}/libnvidia-ml.so.1"
     )));
-    assert_eq!(
-        hooks[1]["args"],
-        json!([
-            "nvc-hook",
-            "update-ldcache",
-            "--folder",
-            LIB,
-            "--cuda-compat-above",
-            "999.88.77"
-        ])
-    );
-    // the /proc/driver/nvidia mask, reading the GPUs under the configured proc root
-    assert_eq!(
-        hooks[2]["args"],
-        json!(["nvc-hook", "cdi-mask-proc", "--proc-root", h.fake.proc_root])
-    );
+    // the cache's folder, the compat rule's driver, and the /proc/driver/nvidia mask,
+    // reading the GPUs under the configured proc root
+    let proc_root = h.fake.proc_root.to_str().unwrap();
+    let tail = [
+        "--folder",
+        LIB,
+        "--cuda-compat-above",
+        "999.88.77",
+        "--proc-root",
+        proc_root,
+    ];
+    assert_eq!(setup[setup.len() - tail.len()..], tail);
 
     // the YAML form holds the same spec
     let yaml = h.ok(&["cdi", "generate", "--format", "yaml"]);

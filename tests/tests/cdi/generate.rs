@@ -150,42 +150,41 @@ fn generated_spec_describes_the_fake_driver() {
         .count();
     assert_eq!(libraries, d.libraries.len());
 
-    // Hooks: createContainer, the configured absolute hook path, only PATH.
+    // Hooks: one createContainer set-up and the poststop hook that takes away what it
+    // made, by the configured absolute hook path, with only PATH.
     let hooks = edits["hooks"].as_array().unwrap();
-    assert_eq!(hooks.len(), 3, "{hooks:?}");
+    assert_eq!(hooks.len(), 2, "{hooks:?}");
     for hook in hooks {
-        assert_eq!(hook["hookName"], "createContainer");
         assert_eq!(hook["path"], HOOK);
         assert_eq!(hook["env"], json!([HOOK_ENV]));
         assert_eq!(hook["args"][0], "nvc-hook");
     }
-    let links: Vec<&str> = hooks[0]["args"]
+    assert_eq!(hooks[0]["hookName"], "createContainer");
+    assert_eq!(hooks[1]["hookName"], "poststop");
+    assert_eq!(hooks[1]["args"], json!(["nvc-hook", "poststop"]));
+    let setup: Vec<&str> = hooks[0]["args"]
         .as_array()
         .unwrap()
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert_eq!(links[1], "cdi-links");
-    assert!(links.contains(&&*format!("libcuda.so.999.88.77::{LIB}/libcuda.so.1")));
-    assert!(links.contains(&&*format!(
+    assert_eq!(setup[1], "cdi-setup");
+    assert!(setup.contains(&&*format!("libcuda.so.999.88.77::{LIB}/libcuda.so.1")));
+    assert!(setup.contains(&&*format!(
         "libnvidia-ml.so.999.88.77::{LIB}/libnvidia-ml.so.1"
     )));
-    assert_eq!(
-        hooks[1]["args"],
-        json!([
-            "nvc-hook",
-            "update-ldcache",
-            "--folder",
-            LIB,
-            "--cuda-compat-above",
-            "999.88.77"
-        ])
-    );
-    // The mask over /proc/driver/nvidia reads the GPUs under the tree's proc root.
-    assert_eq!(
-        hooks[2]["args"],
-        json!(["nvc-hook", "cdi-mask-proc", "--proc-root", tree.proc_root])
-    );
+    // The cache's folder and the compat rule's driver, then the mask over
+    // /proc/driver/nvidia, which reads the GPUs under the tree's proc root.
+    let proc_root = tree.proc_root.to_str().unwrap();
+    let tail = [
+        "--folder",
+        LIB,
+        "--cuda-compat-above",
+        "999.88.77",
+        "--proc-root",
+        proc_root,
+    ];
+    assert_eq!(setup[setup.len() - tail.len()..], tail);
 }
 
 #[test]
@@ -195,12 +194,16 @@ fn the_proc_mask_hook_is_there_wherever_there_are_gpus() {
     for s in trees::SCENARIOS {
         let (tree, d) = driver(s.name);
         let spec = generate(&d, NameStrategy::Both);
-        let masks: Vec<&Vec<String>> = spec
+        let masks: Vec<Vec<String>> = spec
             .container_edits
             .hooks
             .iter()
             .map(|h| &h.args)
-            .filter(|a| a[1] == "cdi-mask-proc")
+            .filter(|a| a[1] == "cdi-setup")
+            .filter_map(|a| {
+                let at = a.iter().position(|x| x == "--proc-root")?;
+                Some(a[at..].to_vec())
+            })
             .collect();
         assert!(spec
             .devices
@@ -215,12 +218,10 @@ fn the_proc_mask_hook_is_there_wherever_there_are_gpus() {
             );
         } else {
             let want = vec![
-                "nvc-hook".to_string(),
-                "cdi-mask-proc".into(),
-                "--proc-root".into(),
+                "--proc-root".to_string(),
                 tree.proc_root.to_str().unwrap().into(),
             ];
-            assert_eq!(masks, [&want], "{}", s.name);
+            assert_eq!(masks, [want], "{}", s.name);
         }
     }
 }
@@ -380,9 +381,9 @@ fn a_wsl_spec_has_one_device_all_with_dxg() {
             "the link libcuda.so.1 -> libcuda.so.1.1: {hooks}"
         );
         assert!(
-            hooks.contains("update-ldcache") && hooks.contains(store),
+            hooks.contains("cdi-setup") && hooks.contains(&format!("\"--folder\",\"{store}\"")),
             "{hooks}"
         );
-        assert!(!hooks.contains("cdi-mask-proc"), "{hooks}");
+        assert!(!hooks.contains("--proc-root"), "{hooks}");
     }
 }

@@ -15,15 +15,15 @@ use serde_json::{json, Value};
 use super::containers::{gpu_nodes_inside, run_with_spec, run_with_spec_and, LIST_NODES};
 use super::{device, Host};
 
-/// The spec's mask hook's argv.
+/// The spec's set-up hook, which masks `/proc/driver/nvidia` among its steps.
 fn mask_hook(h: &Host) -> Value {
     let spec: Value =
         serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
     let hooks = spec["containerEdits"]["hooks"].as_array().unwrap().clone();
     hooks
         .into_iter()
-        .find(|hook| hook["args"][1] == "cdi-mask-proc")
-        .unwrap_or_else(|| panic!("no cdi-mask-proc hook in {spec:#}"))
+        .find(|hook| hook["args"][1] == "cdi-setup")
+        .unwrap_or_else(|| panic!("no cdi-setup hook in {spec:#}"))
 }
 
 #[test]
@@ -32,9 +32,10 @@ fn every_cdi_container_runs_the_mask_hook_and_starts() {
     let h = Host::new();
     let hook = mask_hook(&h);
     assert_eq!(hook["hookName"], "createContainer");
+    let args = hook["args"].as_array().unwrap();
     assert_eq!(
-        hook["args"],
-        json!(["nvc-hook", "cdi-mask-proc", "--proc-root", h.fake.proc_root])
+        args[args.len() - 2..],
+        [json!("--proc-root"), json!(h.fake.proc_root)]
     );
     let rootfs = h.rootfs("rootfs");
     let gpus = h.gpus_in_bus_order();
@@ -76,7 +77,7 @@ fn a_container_whose_proc_is_no_procfs_is_refused() {
     assert!(!out.success(), "{out:?}");
     assert!(!out.stdout.contains("started"), "{out:?}");
     let all = format!("{}{}", out.stderr, out.log);
-    assert!(all.contains("nvc-hook cdi-mask-proc: "), "{out:?}");
+    assert!(all.contains("nvc-hook cdi-setup: "), "{out:?}");
     assert!(
         all.contains("tmpfs") && all.contains("procfs"),
         "the reason names what /proc is and what it should be: {out:?}"
@@ -233,8 +234,8 @@ fn soname_links_on_a_rootfs_made_read_only_before_the_hooks_say_why() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|hook| hook["args"][1] == "cdi-links")
-        .unwrap_or_else(|| panic!("no cdi-links hook in {spec:#}"))["args"]
+        .find(|hook| hook["args"][1] == "cdi-setup")
+        .unwrap_or_else(|| panic!("no cdi-setup hook in {spec:#}"))["args"]
         .as_array()
         .unwrap()
         .iter()

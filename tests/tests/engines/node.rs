@@ -21,8 +21,8 @@ use nvc_tests::cri::api::{
 };
 use nvc_tests::cri::CriClient;
 use nvc_tests::{
-    tree_digest, workspace_bin, Containerd, CriSettings, Crio, CrioSettings, EngineRoot, RootView,
-    START_TIMEOUT,
+    tree_digest, workspace_bin, Containerd, CriSettings, Crio, CrioSettings, EngineRoot, Outcome,
+    RootView, START_TIMEOUT,
 };
 
 use super::cri::{namespaces, outcome, probe_pod, sandbox, Ask, POD_TIMEOUT};
@@ -160,6 +160,56 @@ fn installer_log(w: &World) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
+/// Pod `name`'s probe container (of `image`) through `handler`, to its end.
+fn probe(
+    w: &World,
+    cri: &CriClient,
+    cgroup: &str,
+    image: &str,
+    name: &str,
+    handler: &str,
+    ask: Ask,
+) -> Outcome {
+    let (pod_sandbox, container) = probe_pod(w, name, cgroup, image, ask, "");
+    outcome(
+        name,
+        cri.run_to_exit(&pod_sandbox, handler, &container, POD_TIMEOUT),
+    )
+}
+
+/// GPU pods through the nvc the installer put on the node: the `nv` handler
+/// (nvc-runtime from the install folder, its config beside it), and a CDI name the engine
+/// resolves from the spec it wrote.
+fn installed_nvc_gives_gpus(
+    w: &World,
+    cri: &CriClient,
+    cgroup: &str,
+    image: &str,
+    context: &dyn Fn(&str) -> String,
+) {
+    let gpus = w.gpus();
+    let ask = Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[1].uuid);
+    let out = probe(w, cri, cgroup, image, "handler-nv", HANDLER, ask);
+    assert_gpus(&out, &gpus[1..2], &context("the nv handler"));
+    let ask = Ask {
+        cdi_devices: vec![format!("nvidia.com/gpu={}", gpus[0].uuid)],
+        ..Ask::default()
+    };
+    let out = probe(w, cri, cgroup, image, "cdi", "", ask);
+    let modeset = ["/dev/nvidia-modeset 195:254"];
+    assert_gpus_with(&out, &gpus[0..1], &modeset, &context("CDI"));
+}
+
+/// Once nvc is uninstalled and the engine restarted: no runtime `nv`.
+fn nv_is_gone(w: &World, cri: &CriClient, cgroup: &str, image: &str) {
+    let ask = Ask::env("NVIDIA_VISIBLE_DEVICES", &w.gpus()[1].uuid);
+    let out = probe(w, cri, cgroup, image, "after", HANDLER, ask);
+    assert!(
+        !out.success(),
+        "the nv handler outlived the uninstall: {out:?}"
+    );
+}
+
 /// How many times containerd exited and was started again (the namespace's first process
 /// says so in its log).
 fn restarts(containerd: &Containerd) -> usize {
@@ -284,42 +334,14 @@ fn install_use_uninstall(root: &EngineRoot, config_version: u8) {
     // (nvc-runtime from /opt/nvc/bin, its config beside it), and CDI names resolved from
     // the spec it wrote.
     let cri = connect();
-    let gpus = w.gpus();
-    let context = |what: &str| {
+    installed_nvc_gives_gpus(&w, &cri, &cgroup, CTR_IMAGE, &|what| {
         format!(
-            "{what}\nnvc log:\n{}\ninstaller log:\n{}",
+            "containerd: {what}\nnvc log:\n{}\ninstaller log:\n{}\ncontainerd log:\n{}",
             w.nvc_log(),
-            installer_log(&w)
+            installer_log(&w),
+            containerd.log_tail(30)
         )
-    };
-    let (pod_sandbox, probe) = probe_pod(
-        &w,
-        "handler-nv",
-        &cgroup,
-        CTR_IMAGE,
-        Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[1].uuid),
-        "",
-    );
-    let out = outcome(
-        "handler-nv",
-        cri.run_to_exit(&pod_sandbox, HANDLER, &probe, POD_TIMEOUT),
-    );
-    assert_gpus(&out, &gpus[1..2], &context("the nv handler"));
-    let ask = Ask {
-        cdi_devices: vec![format!("nvidia.com/gpu={}", gpus[0].uuid)],
-        ..Ask::default()
-    };
-    let (pod_sandbox, probe) = probe_pod(&w, "cdi", &cgroup, CTR_IMAGE, ask, "");
-    let out = outcome(
-        "cdi",
-        cri.run_to_exit(&pod_sandbox, "", &probe, POD_TIMEOUT),
-    );
-    assert_gpus_with(
-        &out,
-        &gpus[0..1],
-        &["/dev/nvidia-modeset 195:254"],
-        &context("CDI"),
-    );
+    });
 
     // The DaemonSet's pod stops: SIGTERM. The installer restarts containerd under the
     // call, which then fails, and ends once containerd is back, which finds the container
@@ -346,22 +368,7 @@ fn install_use_uninstall(root: &EngineRoot, config_version: u8) {
         before,
         "the node's files changed:\n{log}"
     );
-    let (pod_sandbox, probe) = probe_pod(
-        &w,
-        "after",
-        &cgroup,
-        CTR_IMAGE,
-        Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[1].uuid),
-        "",
-    );
-    let out = outcome(
-        "after",
-        cri.run_to_exit(&pod_sandbox, HANDLER, &probe, POD_TIMEOUT),
-    );
-    assert!(
-        !out.success(),
-        "the nv handler outlived the uninstall: {out:?}"
-    );
+    nv_is_gone(&w, &cri, &cgroup, CTR_IMAGE);
 
     cri.stop_pod_sandbox(&pod).unwrap();
     cri.remove_pod_sandbox(&pod).unwrap();
@@ -528,40 +535,14 @@ fn node_installer_through_crio137() {
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     let cri = connect(&crio);
 
-    let gpus = w.gpus();
-    let context = |what: &str| {
+    installed_nvc_gives_gpus(&w, &cri, &cgroup, super::IMAGE, &|what| {
         format!(
             "CRI-O: {what}\nnvc log:\n{}\ninstaller log:\n{}\nCRI-O log:\n{}",
             w.nvc_log(),
             installer_log(&w),
             crio.log_tail(30)
         )
-    };
-    let run = |cri: &CriClient, name: &str, handler: &str, ask: Ask| {
-        let (pod_sandbox, probe) = probe_pod(&w, name, &cgroup, super::IMAGE, ask, "");
-        outcome(
-            name,
-            cri.run_to_exit(&pod_sandbox, handler, &probe, POD_TIMEOUT),
-        )
-    };
-    let out = run(
-        &cri,
-        "handler-nv",
-        HANDLER,
-        Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[2].uuid),
-    );
-    assert_gpus(&out, &gpus[2..3], &context("the nv handler"));
-    let ask = Ask {
-        cdi_devices: vec![format!("nvidia.com/gpu={}", gpus[0].uuid)],
-        ..Ask::default()
-    };
-    let out = run(&cri, "cdi", "", ask);
-    assert_gpus_with(
-        &out,
-        &gpus[0..1],
-        &["/dev/nvidia-modeset 195:254"],
-        &context("CDI"),
-    );
+    });
 
     // SIGTERM: the revert, no reload (--reload none); the container ends by itself.
     cri.stop_container(&id, INSTALL_TIMEOUT).unwrap();
@@ -578,16 +559,7 @@ fn node_installer_through_crio137() {
     crio.restart()
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     let cri = connect(&crio);
-    let out = run(
-        &cri,
-        "after",
-        HANDLER,
-        Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[2].uuid),
-    );
-    assert!(
-        !out.success(),
-        "the nv handler outlived the uninstall: {out:?}"
-    );
+    nv_is_gone(&w, &cri, &cgroup, super::IMAGE);
 
     cri.stop_pod_sandbox(&pod).unwrap();
     cri.remove_pod_sandbox(&pod).unwrap();
