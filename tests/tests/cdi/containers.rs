@@ -3,7 +3,7 @@
 //! its CDI folder, and nvc-runtime honouring CDI names in `NVIDIA_VISIBLE_DEVICES` and
 //! `cdi.k8s.io/` annotations. Needs root (runc, device nodes, mounts).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use nvc_tests::{add_compat_libcuda, runc_path, tree_digest, Bundle, Outcome, Runtime, TestRootfs};
@@ -242,11 +242,14 @@ fn createcontainer_hooks_never_write_outside_a_hostile_rootfs() {
     // driver's libcuda, its cache was a file
     assert!(out.stdout.contains("libcuda=ok"), "{out:?}");
     assert!(
-        out.stdout.contains(&format!("{LIB}/libcuda.so.1 -> libcuda.so.999.88.77")),
+        out.stdout
+            .contains(&format!("{LIB}/libcuda.so.1 -> libcuda.so.999.88.77")),
         "{out:?}"
     );
     assert!(
-        out.stdout.lines().any(|l| l.starts_with("-") && l.ends_with("/etc/ld.so.cache")),
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("-") && l.ends_with("/etc/ld.so.cache")),
         "{out:?}"
     );
     // and once it ended, the poststop hook put the image's link back (the image's cache,
@@ -283,6 +286,74 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// `podman run --rm ARGS` with the store `store`, runc, the fake proc tree, and the CDI
+/// specs of `spec_dir` alone. Podman 4.3 reads specs only from /etc/cdi and /var/run/cdi
+/// (no --cdi-spec-dir): it runs in a private mount namespace with a fresh /run holding
+/// only that folder, and an empty /etc/cdi over any the host has.
+fn run_podman(
+    h: &Host,
+    podman_bin: &str,
+    store: &Path,
+    spec_dir: &Path,
+    args: &[&str],
+) -> (bool, String, String) {
+    let mut run = podman(store);
+    run[0] = podman_bin.into();
+    run.extend(
+        [
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--runtime",
+            runc_path().to_str().unwrap(),
+            "--ulimit",
+            "nofile=1024:1024",
+            "--ulimit",
+            "nproc=4096:4096",
+            "-e",
+            "NVC_FAKE_PROC=/run/fake-proc",
+            "-v",
+            &format!("{}:/run/fake-proc:ro", h.fake.proc_root.display()),
+        ]
+        .map(String::from),
+    );
+    run.extend(args.iter().map(|a| a.to_string()));
+    let command = run
+        .iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let shell = format!(
+        "set -e; mount -t tmpfs tmpfs /run; mkdir /run/cdi; mount --bind {} /run/cdi; \
+         if [ -d /etc/cdi ]; then mount -t tmpfs tmpfs /etc/cdi; fi; exec {command}",
+        shell_quote(spec_dir.to_str().unwrap())
+    );
+    let argv: Vec<String> = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &shell,
+    ]
+    .map(String::from)
+    .to_vec();
+    let (ok, out, err) = run_timeout(&argv, 180);
+    (ok, out, format!("{err}\n$ {command}"))
+}
+
+/// Debian 12's podman, which the suite needs.
+fn podman_bin() -> &'static str {
+    ["/usr/bin/podman", "/usr/local/bin/podman"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .unwrap_or_else(|| {
+            panic!("podman is not installed: run `scripts/deps.sh podman` (Debian 12's podman 4.3)")
+        })
+}
+
 /// Runs `argv` with a timeout; returns (success, stdout, stderr).
 fn run_timeout(argv: &[String], secs: u32) -> (bool, String, String) {
     let out = Command::new("timeout")
@@ -302,12 +373,7 @@ fn run_timeout(argv: &[String], secs: u32) -> (bool, String, String) {
 #[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn podman_runs_a_gpu_container_from_the_generated_spec() {
     let h = Host::new();
-    let podman_bin = ["/usr/bin/podman", "/usr/local/bin/podman"]
-        .into_iter()
-        .find(|p| Path::new(p).is_file())
-        .unwrap_or_else(|| {
-            panic!("podman is not installed: run `scripts/deps.sh podman` (Debian 12's podman 4.3)")
-        });
+    let podman_bin = podman_bin();
     let rootfs = h.rootfs("rootfs");
     let store = h.dir.path().join("podman");
     std::fs::create_dir(&store).unwrap();
@@ -324,9 +390,6 @@ fn podman_runs_a_gpu_container_from_the_generated_spec() {
     let (ok, _, err) = run_timeout(&import, 120);
     assert!(ok, "podman import failed: {err}");
 
-    // Podman 4.3 reads specs only from /etc/cdi and /var/run/cdi (no --cdi-spec-dir): run
-    // it in a private mount namespace with a fresh /run holding only our spec, and an
-    // empty /etc/cdi over any the host has.
     let spec_dir = h.dir.path().join("cdi");
     let spec_file = spec_dir.join("nvidia.yaml");
     h.ok(&["cdi", "generate", "--output", spec_file.to_str().unwrap()]);
@@ -336,59 +399,14 @@ fn podman_runs_a_gpu_container_from_the_generated_spec() {
         ("nvidia.com/gpu=0", vec![&gpus[0]]),
         ("nvidia.com/gpu=all", gpus.iter().collect()),
     ] {
-        let mut run = podman(&store);
-        run[0] = podman_bin.into();
-        run.extend(
-            [
-                "run",
-                "--rm",
-                "--network",
-                "none",
-                "--runtime",
-                runc_path().to_str().unwrap(),
-                "--ulimit",
-                "nofile=1024:1024",
-                "--ulimit",
-                "nproc=4096:4096",
-                "--device",
-                device,
-                "-e",
-                "NVC_FAKE_PROC=/run/fake-proc",
-                "-v",
-                &format!("{}:/run/fake-proc:ro", h.fake.proc_root.display()),
-                &image,
-                "sh",
-                "-c",
-                &script,
-            ]
-            .map(String::from),
+        let (ok, out, err) = run_podman(
+            &h,
+            podman_bin,
+            &store,
+            &spec_dir,
+            &["--device", device, &image, "sh", "-c", &script],
         );
-        let command = run
-            .iter()
-            .map(|a| shell_quote(a))
-            .collect::<Vec<_>>()
-            .join(" ");
-        let shell = format!(
-            "set -e; mount -t tmpfs tmpfs /run; mkdir /run/cdi; mount --bind {} /run/cdi; \
-             if [ -d /etc/cdi ]; then mount -t tmpfs tmpfs /etc/cdi; fi; exec {command}",
-            shell_quote(spec_dir.to_str().unwrap())
-        );
-        let argv: Vec<String> = [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            &shell,
-        ]
-        .map(String::from)
-        .to_vec();
-        let (ok, out, err) = run_timeout(&argv, 180);
-        assert!(
-            ok,
-            "podman run --device {device} failed:\n{err}\n{out}\n$ {command}"
-        );
+        assert!(ok, "podman run --device {device} failed:\n{err}\n{out}");
         let mut got = gpu_nodes_inside(&out);
         got.sort();
         let mut want: Vec<String> = want_gpus
@@ -413,6 +431,133 @@ fn podman_runs_a_gpu_container_from_the_generated_spec() {
             "{out}"
         );
     }
+}
+
+/// The container paths of the mounts of `spec`'s edits (every device's and the spec's).
+fn spec_mount_points(spec: &Value) -> Vec<String> {
+    let mut edits = vec![&spec["containerEdits"]];
+    edits.extend(
+        spec["devices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| &d["containerEdits"]),
+    );
+    edits
+        .into_iter()
+        .flat_map(|e| e["mounts"].as_array().into_iter().flatten())
+        .filter_map(|m| m["containerPath"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Asserts that a rootfs whose digest was `before` and is `after` changed by nothing but
+/// the mount points an engine made for mounts at `points` (container paths): empty files
+/// and folders there and the folders above them, added; nothing removed or changed (the
+/// links and the ld.so.cache of nvc's set-up taken back).
+fn assert_only_mount_points(rootfs: &Path, before: &str, after: &str, points: &[String]) {
+    let points: Vec<String> = points.iter().map(|p| resolved(rootfs, p)).collect();
+    let old: std::collections::BTreeSet<&str> = before.lines().collect();
+    let new: std::collections::BTreeSet<&str> = after.lines().collect();
+    let gone: Vec<&&str> = old.difference(&new).collect();
+    assert!(
+        gone.is_empty(),
+        "changed or removed in the rootfs: {gone:#?}"
+    );
+    for line in new.difference(&old) {
+        let path = line.split(' ').next().unwrap().trim_start_matches('.');
+        let a_point = points
+            .iter()
+            .any(|p| Path::new(p).starts_with(path) && !path.is_empty());
+        let is_point = line.ends_with(" dir") || line.contains(" file 0 bytes ");
+        assert!(a_point && is_point, "left in the rootfs: {line}");
+    }
+}
+
+/// `path` (a container path) with the links of `rootfs` on the way followed, as the
+/// engine's mounts followed them (`/lib` is `usr/lib` in a merged-/usr image).
+fn resolved(rootfs: &Path, path: &str) -> String {
+    let mut at = PathBuf::from("/");
+    for part in Path::new(path).components().skip(1) {
+        let next = at.join(part);
+        match std::fs::read_link(rootfs.join(next.strip_prefix("/").unwrap())) {
+            Ok(target) if target.is_relative() => at = at.join(target),
+            Ok(target) => at = target,
+            Err(_) => at = next,
+        }
+    }
+    at.display().to_string()
+}
+
+#[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
+fn a_cdi_container_leaves_its_rootfs_as_it_was_but_for_the_engine_s_mount_points() {
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let before = tree_digest(&rootfs.path);
+    let spec: Value =
+        serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
+    let out = run_with_spec(&h, &rootfs, &["all"], "nvc-probe; ls -l /etc/ld.so.cache");
+    assert!(out.success(), "{out:?}");
+    assert!(out.stdout.contains("libcuda=ok"), "{out:?}");
+    let mut points = spec_mount_points(&spec);
+    points.push("/run/fake-proc".into());
+    assert_only_mount_points(&rootfs.path, &before, &tree_digest(&rootfs.path), &points);
+    // The links and cache were there while it ran, and its record is gone with it.
+    assert!(!rootfs.host_path(LIB).join("libcuda.so.1").exists());
+}
+
+#[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need podman and runc"]
+fn a_podman_cdi_container_leaves_its_rootfs_as_it_was_but_for_the_engine_s_mount_points() {
+    // Podman runs the spec's hooks through runc: the set-up at createContainer, nvc's
+    // poststop when it removes the container (`--rm`). `--rootfs`: the folder is the
+    // container's root as it is, no overlay over it, so what stays in it is seen.
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let store = h.dir.path().join("podman");
+    std::fs::create_dir(&store).unwrap();
+    let spec_dir = h.dir.path().join("cdi");
+    let spec_file = spec_dir.join("nvidia.yaml");
+    h.ok(&["cdi", "generate", "--output", spec_file.to_str().unwrap()]);
+    let root = rootfs.path.to_str().unwrap();
+    // What Podman itself makes in a root (its mount points for /etc/hosts and the like)
+    // is made by a container without a GPU first.
+    let (ok, out, err) = run_podman(
+        &h,
+        podman_bin(),
+        &store,
+        &spec_dir,
+        &["--rootfs", root, "true"],
+    );
+    assert!(ok, "{err}\n{out}");
+    let before = tree_digest(&rootfs.path);
+    let script = format!("nvc-probe; ls -l {LIB}/libcuda.so.1");
+    let (ok, out, err) = run_podman(
+        &h,
+        podman_bin(),
+        &store,
+        &spec_dir,
+        &[
+            "--device",
+            "nvidia.com/gpu=all",
+            "--rootfs",
+            root,
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    assert!(ok, "{err}\n{out}");
+    assert!(out.contains("libcuda=ok"), "{out}\n{err}");
+    assert!(
+        out.contains("libcuda.so.1 -> libcuda.so.999.88.77"),
+        "{out}\n{err}"
+    );
+    let spec: Value =
+        serde_json::from_str(&h.ok(&["cdi", "generate", "--format", "json"])).unwrap();
+    let mut points = spec_mount_points(&spec);
+    points.push("/run/fake-proc".into());
+    assert_only_mount_points(&rootfs.path, &before, &tree_digest(&rootfs.path), &points);
 }
 
 /// A bundle run through nvc-runtime (runc underneath) with `env` and `annotations`.
