@@ -122,10 +122,10 @@ pub struct NodeArgs {
     /// The driver's files (`/run/nvidia/driver` with the GPU operator's driver container).
     #[arg(long, value_name = "DIR", default_value = "/")]
     driver_root: PathBuf,
-    /// The driver's device nodes are <DIR>/dev/nvidia*.
+    /// The driver's device nodes are DIR/dev/nvidia*.
     #[arg(long, value_name = "DIR", default_value = "/")]
     dev_root: PathBuf,
-    /// The GPU inventory is <DIR>/driver/nvidia.
+    /// The GPU inventory is DIR/driver/nvidia.
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     proc_root: PathBuf,
     /// An nvc config file (in this container, e.g. from a ConfigMap) to start from;
