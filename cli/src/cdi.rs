@@ -151,13 +151,21 @@ pub fn run(command: &CdiCommand) -> Result<(), CdiError> {
 
 /// The spec for this host, per the configuration.
 fn host_spec(strategy: StrategyArg) -> Result<Spec, CdiError> {
-    let (config, _) = Config::load_from_env()?;
+    let (config, path) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc");
-    spec_for(&config, strategy)
+    // Another file than the default is named to the spec's hooks.
+    let named = (path != Path::new(nvc_config::DEFAULT_PATH))
+        .then(|| std::path::absolute(&path).unwrap_or(path));
+    spec_for(&config, named, strategy)
 }
 
-/// The spec for this host, per `config`.
-pub(crate) fn spec_for(config: &Config, strategy: StrategyArg) -> Result<Spec, CdiError> {
+/// The spec for this host, per `config`; its hooks are told `named`, the config's file,
+/// when given.
+pub(crate) fn spec_for(
+    config: &Config,
+    named: Option<PathBuf>,
+    strategy: StrategyArg,
+) -> Result<Spec, CdiError> {
     let driver = discover::discover(
         &DriverRoots::from_config(&config.driver),
         &nvc_host::probe::RealHost,
@@ -166,6 +174,7 @@ pub(crate) fn spec_for(config: &Config, strategy: StrategyArg) -> Result<Spec, C
         strategy: strategy.into(),
         // The driver's architecture's folders: /usr/lib/aarch64-linux-gnu on arm64 hosts.
         layout: ContainerLayout::for_driver(&driver),
+        config: named,
         ..GenerateOptions::new(&config.hook.path)
     };
     Ok(cdi::generate(&driver, &options)?)

@@ -547,7 +547,7 @@ fn install(args: &NodeArgs) -> Result<(), NodeCliError> {
         bin.join("nvc-runtime"),
     ))
     .map_err(Box::new)?;
-    let spec = crate::cdi::spec_for(&config, crate::cdi::StrategyArg::Both)
+    let spec = crate::cdi::spec_for(&config, None, crate::cdi::StrategyArg::Both)
         .map_err(Box::new)?
         .to_string_as(libnvc::cdi::Format::Yaml)
         .map_err(Box::new)?;

@@ -125,6 +125,10 @@ pub struct GenerateOptions {
     pub strategy: NameStrategy,
     /// Where libraries go in the container.
     pub layout: ContainerLayout,
+    /// The nvc config the hooks read, when it is not `/etc/nvc/config.toml`: named in
+    /// their environment (`NVC_CONFIG`), as nvc-runtime names it to the prestart hook,
+    /// so that their record and log go where the config says.
+    pub config: Option<PathBuf>,
 }
 
 impl GenerateOptions {
@@ -134,6 +138,7 @@ impl GenerateOptions {
             hook_path: hook_path.into(),
             strategy: NameStrategy::default(),
             layout: ContainerLayout::debian(),
+            config: None,
         }
     }
 }
@@ -295,6 +300,10 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
     }
     let mut spec_hooks = Vec::new();
     let hook_path = utf8(&options.hook_path)?;
+    let mut hook_env = vec![HOOK_ENV_PATH.to_string()];
+    if let Some(config) = &options.config {
+        hook_env.push(format!("{}={}", nvc_config::CONFIG_ENV, utf8(config)?));
+    }
     let links: Vec<hooks::Link> = edits
         .symlinks
         .iter()
@@ -320,7 +329,7 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
             hook_name: HOOK_STAGE.to_string(),
             path: hook_path.clone(),
             args: setup.args()?,
-            env: vec![HOOK_ENV_PATH.to_string()],
+            env: hook_env.clone(),
         });
         // What it made goes when the container ends: the prestart path's poststop hook,
         // which reads the record `cdi-setup` kept (`hook.leave-no-trace` decides, as
@@ -329,7 +338,7 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
             hook_name: POSTSTOP_STAGE.to_string(),
             path: hook_path,
             args: vec![hooks::ARGV0.to_string(), hooks::POSTSTOP_MODE.to_string()],
-            env: vec![HOOK_ENV_PATH.to_string()],
+            env: hook_env,
         });
     }
 

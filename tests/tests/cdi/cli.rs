@@ -100,14 +100,16 @@ fn generated_spec_describes_the_fake_driver() {
         .any(|m| m["containerPath"] == "/usr/bin/nvidia-smi"));
 
     // hooks: one createContainer set-up and its poststop, the configured absolute hook
-    // path, only PATH
+    // path, PATH and the config
     let hook_path = workspace_bin("nvc-hook");
     let hooks = edits["hooks"].as_array().unwrap();
     assert_eq!(hooks.len(), 2, "{hooks:?}");
     for hook in hooks {
         assert_eq!(hook["path"], json!(hook_path));
         assert!(Path::new(hook["path"].as_str().unwrap()).is_absolute());
-        assert_eq!(hook["env"], json!([HOOK_ENV]));
+        // the config `nvc cdi generate` read (NVC_CONFIG's), named to the hooks
+        let named = format!("NVC_CONFIG={}", h.config.display());
+        assert_eq!(hook["env"], json!([HOOK_ENV, named]));
         assert_eq!(hook["args"][0], "nvc-hook");
     }
     assert_eq!(hooks[0]["hookName"], "createContainer");

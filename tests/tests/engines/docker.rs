@@ -107,6 +107,7 @@ fn docker28_runs_gpu_containers_through_nv_gpus_and_cdi() {
     let docker = RootDocker::start(&w, &root, Cdi::ByDefault);
     assert!(docker.version.starts_with("28."), "{}", docker.version);
     docker.assert_gpu_containers();
+    docker.assert_cdi_leaves_no_trace();
     docker.stop_and_check_clean("1.3.6");
 }
 
@@ -249,6 +250,54 @@ impl<'w> RootDocker<'w> {
             "GPU index 7",
             &self.context("--gpus device=7"),
         );
+    }
+
+    /// A CDI container that ended, kept: its layer (`docker diff`) has none of the links
+    /// nvc's set-up made (the engine's mount points for the spec's mounts stay, as for
+    /// any mount), and its ld.so.cache is the image's again, byte for byte: nvc's
+    /// poststop hook, which the spec names and runc runs when the container is deleted.
+    fn assert_cdi_leaves_no_trace(&self) {
+        let name = nvc_tests::container_id("nvc-cdi-trace");
+        let mut opts: Vec<String> = ["run", "--network", "none", "--name", name.as_str()]
+            .map(String::from)
+            .to_vec();
+        opts.extend(["--device".to_string(), "nvidia.com/gpu=0".to_string()]);
+        opts.extend(self.w.fake_proc_flags());
+        opts.extend([IMAGE.into(), "sh".into(), "-c".into(), PROBE.into()]);
+        let out = self.dockerd.docker(&opts);
+        let modeset = ["/dev/nvidia-modeset 195:254"];
+        let gpus = self.w.gpus();
+        assert_gpus_with(&out, &gpus[0..1], &modeset, &self.context("CDI, kept"));
+        let diff = self.dockerd.docker(&["diff", name.as_str()]);
+        diff.assert_success();
+        for link in ["libcuda.so.1", "libnvidia-ml.so.1"] {
+            assert!(
+                !diff
+                    .stdout
+                    .lines()
+                    .any(|l| l.ends_with(&format!("/{link}"))),
+                "{}",
+                self.context(&format!(
+                    "docker diff lists nvc's link {link}:\n{}",
+                    diff.stdout
+                ))
+            );
+        }
+        let copy = self.w.path("ld.so.cache.after");
+        self.dockerd
+            .docker(&[
+                "cp",
+                &format!("{name}:/etc/ld.so.cache"),
+                copy.to_str().unwrap(),
+            ])
+            .assert_success();
+        assert_eq!(
+            std::fs::read(&copy).unwrap(),
+            std::fs::read(self.w.path("rootfs/etc/ld.so.cache")).unwrap(),
+            "{}",
+            self.context("the ld.so.cache after a CDI container")
+        );
+        self.dockerd.docker(&["rm", name.as_str()]).assert_success();
     }
 
     /// Checks that the root's runc `runc_version` ran the containers, stops dockerd, and
