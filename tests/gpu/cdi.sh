@@ -2,7 +2,7 @@
 # The CDI path on the GPU machine's real driver: `nvc cdi generate`, the spec's edits
 # applied to runc bundles the way CDI's own library applies them for Podman and
 # containerd (env, device nodes with their cgroup rules, mounts, hooks), and real runc.
-# Checks what only a real /proc/driver/nvidia shows: the spec's cdi-mask-proc hook
+# Checks what only a real /proc/driver/nvidia shows: the spec's cdi-setup hook's mask
 # leaves each container its own GPUs' folders and ModifyDeviceFiles 0, and the same
 # container without that hook sees every GPU (so the check can fail). Needs what
 # tests/gpu/prepare.sh gathers in .device-carry/.
@@ -20,7 +20,7 @@ mounts_before=$(awk '{print $5}' /proc/self/mountinfo | sort)
 spec=$work/nvidia.json
 "$carry/bin/nvc" cdi generate --output "$spec" || { echo "FAIL nvc cdi generate"; exit 1; }
 echo "\$ nvc cdi list --spec $spec"; "$carry/bin/nvc" cdi list --spec "$spec"
-echo "the spec's mask hook: $(python3 -c 'import json,sys; print([h["args"] for h in json.load(open(sys.argv[1]))["containerEdits"]["hooks"] if h["args"][1] == "cdi-mask-proc"])' "$spec")"
+echo "the spec's mask hook: $(python3 -c 'import json,sys; print([h["args"] for h in json.load(open(sys.argv[1]))["containerEdits"]["hooks"] if h["args"][1] in ("cdi-setup", "cdi-mask-proc")])' "$spec")"
 
 cdi_ctr() { # cdi_ctr DEVICE with|without SCRIPT: a runc container with the spec's edits
     local b; b=$(mktemp -d "$work/bundle.XXXXXX")
@@ -44,10 +44,15 @@ for e in edits:
         c["mounts"].append({"destination": m["containerPath"], "source": m["hostPath"],
                             "type": "bind", "options": m.get("options", [])})
     for h in e.get("hooks", []):
-        if mask == "without" and h["args"][1] == "cdi-mask-proc":
-            continue
+        args = list(h["args"])
+        if mask == "without":
+            if args[1] == "cdi-mask-proc":
+                continue
+            if args[1] == "cdi-setup" and "--proc-root" in args:
+                at = args.index("--proc-root")
+                del args[at:at + 2]
         c.setdefault("hooks", {}).setdefault(h["hookName"], []).append(
-            {"path": h["path"], "args": h["args"], "env": h.get("env", [])})
+            {"path": h["path"], "args": args, "env": h.get("env", [])})
 # crun writes its hooks' stderr only where this names (runc ignores it).
 c.setdefault("annotations", {})["run.oci.hooks.stderr"] = "/dev/stderr"
 json.dump(c, open(config, "w"), indent=1)
@@ -77,7 +82,7 @@ got=$(cdi_ctr all with "$probe"); echo "$got"
 check "all: /proc/driver/nvidia/gpus shows every GPU" grep -qx "gpus: $(echo $buses)" <<<"$got"
 check "all: ModifyDeviceFiles is 0 inside" grep -qx 'ModifyDeviceFiles: 0' <<<"$got"
 
-echo; echo "--- nvidia.com/gpu=0 without the spec's cdi-mask-proc hook (what the check tells apart)"
+echo; echo "--- nvidia.com/gpu=0 without the spec's mask (--proc-root; what the check tells apart)"
 got=$(cdi_ctr 0 without "$probe"); echo "$got"
 check "without the hook: the host's params ($host_modify)" grep -qx "$host_modify" <<<"$got"
 check "without the hook: every GPU's folder" grep -qx "gpus: $(echo $buses)" <<<"$got"
