@@ -80,6 +80,7 @@ use serde::Deserialize;
 
 use crate::container::{ContainerRoot, FileKind, FsError};
 use crate::ldcache::CacheChange;
+use crate::lifecycle::untraced;
 use crate::probe::RealHost;
 use crate::proc_mask::{Masked, ProcMask};
 use crate::state::{RootfsState, StateDir};
@@ -237,18 +238,6 @@ pub fn run_recorded(
             Err(e)
         }
     }
-}
-
-/// `result`'s value; its error only logged: what nvc makes then stays in the rootfs.
-fn untraced<T, E: std::error::Error>(result: Result<T, E>) -> Option<T> {
-    result
-        .map_err(|e| {
-            log::warn!(
-                "what nvc makes in the rootfs stays after the container: {}",
-                libnvc::report::error_chain(&e)
-            )
-        })
-        .ok()
 }
 
 /// The container's init in the host's PID namespace: this hook's parent, read from the

@@ -377,7 +377,7 @@ impl StartSteps for HookStart<'_, '_> {
 }
 
 /// `result`'s value; its error only logged: what nvc makes then stays in the rootfs.
-fn untraced<T, E: std::error::Error>(result: Result<T, E>) -> Option<T> {
+pub(crate) fn untraced<T, E: std::error::Error>(result: Result<T, E>) -> Option<T> {
     result
         .map_err(|e| {
             log::warn!(
