@@ -3,7 +3,8 @@
 //! `// SAFETY:` line).
 //!
 //! - [`probe::RealHost`]: the host as discovery reads it (libnvc's `HostProbe`), the
-//!   driver's libcuda and NVML loaded to ask them what they are;
+//!   driver's libcuda and NVML loaded to ask them what they are ([`nvml`]: the MIG
+//!   devices' UUIDs);
 //! - [`container`]: the container's rootfs, opened once and resolved inside, mounts and
 //!   `setns`; [`setup`] sets a live container up from its prestart hook,
 //!   [`cdi_hooks`] runs the CDI spec's hooks, both through the one [`ldcache::update`]
@@ -36,6 +37,7 @@ pub mod leases;
 pub mod lifecycle;
 pub mod logging;
 pub mod node;
+pub mod nvml;
 pub mod phases;
 pub mod privileges;
 pub mod probe;
@@ -78,7 +80,7 @@ pub enum SysError {
         /// The CUresult.
         code: i32,
     },
-    /// The program that asks libcuda could not be run.
+    /// A program that asks a driver library (libcuda, NVML) could not be run.
     #[error("cannot run {program} (installed beside nvc-hook; reinstall nvc if it is missing)")]
     HelperSpawn {
         /// The program.
@@ -87,7 +89,7 @@ pub enum SysError {
         #[source]
         source: std::io::Error,
     },
-    /// The program that asks libcuda failed or printed no version.
+    /// A program that asks a driver library failed or printed no answer.
     #[error("{program} {library}: {reason}")]
     Helper {
         /// The program.
@@ -113,8 +115,20 @@ pub fn statically_linked() -> bool {
 /// the number) in a process of its own, with an empty environment: the driver's code never
 /// runs in this one.
 pub fn cuda_driver_version_by(helper: &Path, libcuda: &Path) -> Result<i32, SysError> {
+    let text = ask_helper(helper, libcuda, &[])?;
+    text.trim().parse().map_err(|_| SysError::Helper {
+        program: helper.to_path_buf(),
+        library: libcuda.to_path_buf(),
+        reason: format!("printed {:?}, not a version number", text.trim()),
+    })
+}
+
+/// What `helper <library> <args>...` prints, run with an empty environment and no
+/// input; an error naming it when it cannot be run or fails.
+pub(crate) fn ask_helper(helper: &Path, library: &Path, args: &[&str]) -> Result<String, SysError> {
     let output = std::process::Command::new(helper)
-        .arg(libcuda)
+        .arg(library)
+        .args(args)
         .env_clear()
         .stdin(std::process::Stdio::null())
         .output()
@@ -122,24 +136,20 @@ pub fn cuda_driver_version_by(helper: &Path, libcuda: &Path) -> Result<i32, SysE
             program: helper.to_path_buf(),
             source,
         })?;
-    let failed = |reason: String| SysError::Helper {
-        program: helper.to_path_buf(),
-        library: libcuda.to_path_buf(),
-        reason,
-    };
     if !output.status.success() {
         let said = String::from_utf8_lossy(&output.stderr);
         let said = said.trim();
-        return Err(failed(if said.is_empty() {
-            output.status.to_string()
-        } else {
-            format!("{} ({})", said, output.status)
-        }));
+        return Err(SysError::Helper {
+            program: helper.to_path_buf(),
+            library: library.to_path_buf(),
+            reason: if said.is_empty() {
+                output.status.to_string()
+            } else {
+                format!("{} ({})", said, output.status)
+            },
+        });
     }
-    let text = String::from_utf8_lossy(&output.stdout);
-    text.trim()
-        .parse()
-        .map_err(|_| failed(format!("printed {:?}, not a version number", text.trim())))
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 /// The CUDA driver API version of the `libcuda` at `path`, as `cuDriverGetVersion`

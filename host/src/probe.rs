@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use libnvc::discover::GpuDetails;
+use libnvc::discover::{GpuDetails, NvmlMigDevice};
 use libnvc::probe::{HostProbe, ProbeError, Stat};
 use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::Nvml;
@@ -60,11 +60,7 @@ impl HostProbe for RealHost {
         // A static nvc asks nvc-cuda-version beside it (dynamic, the host's libc) instead
         // of loading libcuda itself.
         let asked = if crate::statically_linked() {
-            let helper = std::env::current_exe()
-                .ok()
-                .and_then(|e| e.parent().map(|d| d.join("nvc-cuda-version")))
-                .unwrap_or_else(|| "nvc-cuda-version".into());
-            crate::cuda_driver_version_by(&helper, libcuda)
+            crate::cuda_driver_version_by(&beside_this_program(CUDA_VERSION_HELPER), libcuda)
         } else {
             crate::cuda_driver_version(libcuda)
         };
@@ -111,13 +107,37 @@ impl HostProbe for RealHost {
             })
             .collect())
     }
+
+    fn mig_devices(&self, nvml: &Path, gpus: &[&str]) -> Result<Vec<NvmlMigDevice>, ProbeError> {
+        // A static program (the shim, the node image's nvc) cannot load NVML: it asks
+        // nvc-mig-devices beside it, as it asks nvc-cuda-version for libcuda.
+        let asked = if crate::statically_linked() {
+            crate::nvml::mig_devices_by(&beside_this_program(MIG_DEVICES_HELPER), nvml, gpus)
+        } else {
+            crate::nvml::mig_devices(nvml, gpus)
+        };
+        asked.map_err(|e| ProbeError {
+            library: nvml.to_path_buf(),
+            source: Box::new(e),
+        })
+    }
 }
 
-/// The host as [`RealHost`] reads it, but libcuda is asked its version by a program of
-/// its own ([`CUDA_VERSION_HELPER`], beside the running one), never loaded here: for a
-/// statically linked program (the hook), which cannot load a shared library reliably,
-/// and which then keeps no driver code in its own process. Only a start that finds no
-/// CUDA version in the driver-files cache asks.
+/// The program `name` in the folder of the running program (the host's file, read from
+/// `/proc/self/exe`; never one of a container's), looked up only when asked.
+fn beside_this_program(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(name)))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// The host as [`RealHost`] reads it, but libcuda and NVML are asked by programs of their
+/// own beside the running one ([`CUDA_VERSION_HELPER`] its version, [`MIG_DEVICES_HELPER`]
+/// the MIG devices' UUIDs), never loaded here: for a statically linked program (the
+/// hook), which cannot load a shared library reliably, and which then keeps no driver
+/// code in its own process. Only a start that finds no CUDA version in the driver-files
+/// cache asks libcuda, and only one that names a MIG device by UUID asks NVML.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HelperHost;
 
@@ -125,16 +145,7 @@ pub struct HelperHost;
 /// (`nvc-cuda-version <libcuda>`), installed beside `nvc-hook`.
 pub const CUDA_VERSION_HELPER: &str = "nvc-cuda-version";
 
-impl HelperHost {
-    /// [`CUDA_VERSION_HELPER`] in the folder of the running program (the host's file,
-    /// read from `/proc/self/exe`; never one of a container's), looked up only when asked.
-    fn helper() -> PathBuf {
-        std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|dir| dir.join(CUDA_VERSION_HELPER)))
-            .unwrap_or_else(|| PathBuf::from(CUDA_VERSION_HELPER))
-    }
-}
+pub use crate::nvml::MIG_DEVICES_HELPER;
 
 impl HostProbe for HelperHost {
     fn read(&self, path: &Path, limit: usize) -> io::Result<(Vec<u8>, bool)> {
@@ -166,7 +177,8 @@ impl HostProbe for HelperHost {
     }
 
     fn cuda_driver_version(&self, libcuda: &Path) -> Result<i32, ProbeError> {
-        crate::cuda_driver_version_by(&HelperHost::helper(), libcuda).map_err(|e| ProbeError {
+        let helper = beside_this_program(CUDA_VERSION_HELPER);
+        crate::cuda_driver_version_by(&helper, libcuda).map_err(|e| ProbeError {
             library: libcuda.to_path_buf(),
             source: Box::new(e),
         })
@@ -174,6 +186,14 @@ impl HostProbe for HelperHost {
 
     fn gpu_details(&self, nvml: &Path, uuids: &[&str]) -> Result<Vec<GpuDetails>, ProbeError> {
         RealHost.gpu_details(nvml, uuids)
+    }
+
+    fn mig_devices(&self, nvml: &Path, gpus: &[&str]) -> Result<Vec<NvmlMigDevice>, ProbeError> {
+        let helper = beside_this_program(MIG_DEVICES_HELPER);
+        crate::nvml::mig_devices_by(&helper, nvml, gpus).map_err(|e| ProbeError {
+            library: nvml.to_path_buf(),
+            source: Box::new(e),
+        })
     }
 }
 

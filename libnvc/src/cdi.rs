@@ -408,6 +408,7 @@ mod tests {
                 node("/dev/nvidia-caps/nvidia-cap21", 241, 21),
                 node("/dev/nvidia-caps/nvidia-cap22", 241, 22),
             ],
+            uuid: None,
         }];
         Driver {
             roots: discover::DriverRoots {
@@ -430,6 +431,7 @@ mod tests {
             cacheable: false,
             version_from_proc: false,
             wsl: None,
+            mig_uuids: discover::MigUuids::NotAsked,
         }
     }
 

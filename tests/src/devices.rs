@@ -58,6 +58,25 @@ impl FakeMigCap {
     }
 }
 
+/// One MIG device of a fake GPU in MIG mode, as the fake driver's NVML reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakeMigDevice {
+    /// The parent GPU's UUID.
+    pub gpu_uuid: String,
+    /// The parent GPU's minor.
+    pub gpu_minor: u32,
+    /// GPU instance id.
+    pub gi: u32,
+    /// Compute instance id.
+    pub ci: u32,
+    /// Its UUID: `MIG-f1a5c0de-<gpu minor>-4<gi>-8<ci>-0000fa4ed71e`, in hex.
+    pub uuid: String,
+}
+
+/// The file of a fake tree that says what its NVML reports of the MIG devices, read by
+/// the fake libnvidia-ml and by `libnvc::probe::TreeProbe`.
+pub const MIG_DEVICES_FILE: &str = libnvc::probe::TreeProbe::MIG_DEVICES_FILE;
+
 /// One character device node of a fake tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FakeDeviceNode {
@@ -93,6 +112,44 @@ impl FakeDriverSpec {
             }
         }
         caps
+    }
+
+    /// The MIG devices of the GPU in MIG mode, one per compute instance of
+    /// [`FakeDriverSpec::mig_caps`], with the UUIDs its NVML gives them. Empty unless `mig`.
+    pub fn mig_devices(&self) -> Vec<FakeMigDevice> {
+        let Some(gpu) = self.gpus_in_bus_order().first().copied() else {
+            return Vec::new();
+        };
+        self.mig_caps()
+            .into_iter()
+            .filter_map(|cap| {
+                let ci = cap.ci?;
+                Some(FakeMigDevice {
+                    gpu_uuid: gpu.uuid.clone(),
+                    gpu_minor: cap.gpu_minor,
+                    gi: cap.gi,
+                    ci,
+                    uuid: format!(
+                        "MIG-f1a5c0de-{:04x}-4{:03x}-8{ci:03x}-0000fa4ed71e",
+                        cap.gpu_minor, cap.gi
+                    ),
+                })
+            })
+            .collect()
+    }
+
+    /// The text of [`MIG_DEVICES_FILE`] for [`FakeDriverSpec::mig_devices`]: a comment,
+    /// then `<GPU uuid> <gi> <ci> <MIG uuid>` a line.
+    pub fn mig_devices_text(&self) -> String {
+        let mut text = String::from(
+            "# The MIG devices the fake driver's NVML reports: <GPU uuid> <gpu instance> \
+             <compute instance> <MIG uuid>.\n# Read by the fake libnvidia-ml and by libnvc's \
+             TreeProbe.\n",
+        );
+        for d in self.mig_devices() {
+            text.push_str(&format!("{} {} {} {}\n", d.gpu_uuid, d.gi, d.ci, d.uuid));
+        }
+        text
     }
 
     /// Every device node the tree has (when `device_nodes`), with the numbers and modes the

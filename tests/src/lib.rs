@@ -34,9 +34,9 @@ pub use bundle::{
 };
 pub use catalog::{DriverLibrary, DRIVER_BINARIES, DRIVER_LIBRARIES};
 pub use devices::{
-    mig_cap_minor, FakeDeviceNode, FakeMigCap, FABRIC_IMEX_MGMT_MINOR, NVIDIACTL_MINOR,
-    NVIDIA_CAPS_IMEX_MAJOR, NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR, NVIDIA_MODESET_MINOR,
-    NVIDIA_UVM_MAJOR,
+    mig_cap_minor, FakeDeviceNode, FakeMigCap, FakeMigDevice, FABRIC_IMEX_MGMT_MINOR,
+    MIG_DEVICES_FILE, NVIDIACTL_MINOR, NVIDIA_CAPS_IMEX_MAJOR, NVIDIA_CAPS_MAJOR, NVIDIA_MAJOR,
+    NVIDIA_MODESET_MINOR, NVIDIA_UVM_MAJOR,
 };
 pub use engines::{
     cri, engine_path, find_program, oci_archive, oci_archive_running, remove_cgroups, run_command,

@@ -166,6 +166,10 @@ impl FakeDriverSpec {
             std::fs::create_dir_all(&dev).map_err(FakeError::io("create directory", &dev))?;
         }
         proc_tree::write(self, &driver.proc_root)?;
+        if self.mig {
+            let file = driver.dir.join(devices::MIG_DEVICES_FILE);
+            write_file(&file, self.mig_devices_text(), 0o644)?;
+        }
         if self.ipc {
             write_ipc(&driver.root)?;
         }

@@ -385,6 +385,56 @@ fn mig_gpu_has_its_instances_and_capability_nodes() {
 }
 
 #[test]
+fn mig_devices_have_the_uuids_nvml_reports() {
+    use discover::{DeviceNeeds, MigUuids, Reading, Scope};
+    let (tree, d) = scenario("mig");
+    let spec = trees::scenario("mig").unwrap().spec();
+    let want: Vec<(u32, u32, Option<String>)> = spec
+        .mig_devices()
+        .into_iter()
+        .map(|m| (m.gi, m.ci, Some(m.uuid)))
+        .collect();
+    let got = |d: &Driver| -> Vec<(u32, u32, Option<String>)> {
+        d.gpus[0]
+            .mig
+            .iter()
+            .map(|m| (m.gi, m.ci, m.uuid.clone()))
+            .collect()
+    };
+    assert_eq!(got(&d), want);
+    assert!(matches!(d.mig_uuids, MigUuids::Known));
+    // The runtime's discovery reads no library, yet finds NVML through the ld.so.cache.
+    let devices = discover_devices(&tree.roots(), &tree.probe().unwrap()).unwrap();
+    assert!(devices.libraries.is_empty());
+    assert_eq!(got(&devices), want);
+
+    // A MIG device NVML does not report keeps no UUID; one it reports that the driver's
+    // proc files do not have is nobody's.
+    let mut reported = libnvc::discover::parse_mig_devices(&spec.mig_devices_text()).unwrap();
+    reported[1].gpu = d.gpus[1].uuid.clone();
+    let probe = tree.probe().unwrap().with_mig_devices(reported);
+    let partial = discover(&tree.roots(), &probe).unwrap();
+    assert_eq!(got(&partial)[0], want[0]);
+    assert_eq!(got(&partial)[1].2, None);
+
+    // No NVML to ask (a driver root without libnvidia-ml): no UUID, and why.
+    let reading = Reading {
+        needs: DeviceNeeds::ALL,
+        ..Reading::all(Scope::Devices, None)
+    };
+    let empty = tempfile::tempdir().unwrap();
+    let mut roots = tree.roots();
+    roots.root = empty.path().to_path_buf();
+    let without = discover::discover_with(&roots, &tree.probe().unwrap(), &reading).unwrap();
+    assert!(without.gpus[0].mig.iter().all(|m| m.uuid.is_none()));
+    let MigUuids::Unknown(why) = &without.mig_uuids else {
+        panic!("{:?}", without.mig_uuids)
+    };
+    let why = libnvc::report::error_chain(&**why);
+    assert!(why.contains("libnvidia-ml.so.1"), "{why}");
+}
+
+#[test]
 fn lib32_has_both_classes_and_keeps_them_apart() {
     let (tree, d) = scenario("lib32");
     let lib64: Vec<_> = d
@@ -941,10 +991,12 @@ fn the_run_cache_serves_the_fake_driver_and_falls_back_when_it_must() {
     assert_eq!(json(&cached(&cache)), json(&full));
 }
 
-/// A probe that lists every path it was asked about, in front of another.
+/// A probe that lists every path it was asked about, in front of another, and the NVML
+/// libraries and GPUs it was asked the MIG devices of.
 struct Recording<'a> {
     inner: &'a dyn libnvc::probe::HostProbe,
     asked: std::cell::RefCell<Vec<PathBuf>>,
+    mig_asked: std::cell::RefCell<Vec<(PathBuf, Vec<String>)>>,
 }
 
 impl<'a> Recording<'a> {
@@ -952,6 +1004,7 @@ impl<'a> Recording<'a> {
         Recording {
             inner,
             asked: Default::default(),
+            mig_asked: Default::default(),
         }
     }
 
@@ -1003,6 +1056,17 @@ impl libnvc::probe::HostProbe for Recording<'_> {
     ) -> Result<Vec<libnvc::discover::GpuDetails>, libnvc::probe::ProbeError> {
         self.inner.gpu_details(nvml, uuids)
     }
+    fn mig_devices(
+        &self,
+        nvml: &Path,
+        gpus: &[&str],
+    ) -> Result<Vec<libnvc::discover::NvmlMigDevice>, libnvc::probe::ProbeError> {
+        let gpus_asked = gpus.iter().map(|g| g.to_string()).collect();
+        self.mig_asked
+            .borrow_mut()
+            .push((nvml.to_path_buf(), gpus_asked));
+        self.inner.mig_devices(nvml, gpus)
+    }
 }
 
 #[test]
@@ -1039,6 +1103,14 @@ fn a_start_reads_only_the_devices_its_request_can_use() {
             })
             .collect()
     };
+    let without_uuids = |d: &Driver| -> Vec<libnvc::discover::Gpu> {
+        let mut gpus = d.gpus.clone();
+        for m in gpus.iter_mut().flat_map(|g| &mut g.mig) {
+            m.uuid = None;
+        }
+        gpus
+    };
+    assert!(full.gpus[0].mig.iter().all(|m| m.uuid.is_some()));
 
     // Every GPU whole: no MIG folder, capability or IMEX folder is read; the rest is
     // what a full discovery finds.
@@ -1050,11 +1122,34 @@ fn a_start_reads_only_the_devices_its_request_can_use() {
     assert_eq!((all.mig_config, all.mig_monitor), (None, None));
     assert_eq!(all.libraries, full.libraries);
     assert_eq!(all.control_nodes, full.control_nodes);
-    // A MIG device asked for: the instances are read, as in full.
+    assert!(asked.mig_asked.borrow().is_empty(), "NVML asked for all");
+    // A MIG device asked for: the instances are read, as in full, but NVML is not asked
+    // their UUIDs.
     let (mig, asked) = read(&["NVIDIA_VISIBLE_DEVICES=0:1"], &[]);
     assert!(asked.asked_under(&nvidia.join("capabilities/gpu1/mig")));
-    assert_eq!(mig.gpus, full.gpus);
+    assert_eq!(mig.gpus, without_uuids(&full));
+    assert!(asked.mig_asked.borrow().is_empty(), "NVML asked for 0:1");
     assert!(edits::select(&mig, &request(&["NVIDIA_VISIBLE_DEVICES=0:1"]).devices, "V").is_ok());
+    // A MIG device named by UUID: NVML is asked once, for the GPU in MIG mode only; the
+    // old form, which names its instances, needs no NVML.
+    let uuid = full.gpus[0].mig[1].uuid.clone().unwrap();
+    let by_uuid = format!("NVIDIA_VISIBLE_DEVICES={uuid}");
+    let (named, asked) = read(&[&by_uuid], &[]);
+    assert_eq!(named.gpus, full.gpus);
+    assert_eq!(
+        *asked.mig_asked.borrow(),
+        [(
+            lib_dir(&tree).join(format!("libnvidia-ml.so.{VERSION}")),
+            vec![full.gpus[0].uuid.clone()]
+        )]
+    );
+    let old = format!(
+        "NVIDIA_VISIBLE_DEVICES=MIG-{}/2/0",
+        full.gpus[0].uuid.to_uppercase()
+    );
+    let (old_form, asked) = read(&[&old], &[]);
+    assert!(asked.mig_asked.borrow().is_empty(), "NVML asked for {old}");
+    assert_eq!(old_form.gpus, without_uuids(&full));
     // The MIG capabilities asked for: their nodes, not the instances.
     let (caps, _) = read(
         &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"],

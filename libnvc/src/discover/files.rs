@@ -11,7 +11,7 @@ use super::{tables, DiscoverError, HostFile, LibClass, Library};
 use crate::caps::Capability;
 use crate::elf::{self, Arch, ElfClass};
 use crate::ldcache::{self, Cache, CacheArch};
-use crate::probe::{FileKind, HostProbe};
+use crate::probe::{FileKind, HostProbe, ProbeError};
 
 /// The driver root's ld.so.cache; `None` when it has none.
 pub fn read_ldcache(probe: &dyn HostProbe, root: &Path) -> Result<Option<Cache>, DiscoverError> {
@@ -32,6 +32,34 @@ pub fn read_ldcache(probe: &dyn HostProbe, root: &Path) -> Result<Option<Cache>,
             e,
         )),
     }
+}
+
+/// The real file of the 64-bit library `soname` (`libnvidia-ml.so.1`) as the driver root's
+/// ld.so.cache lists it: from `cache` when it was read, else from the cache read now.
+pub fn library_path(
+    probe: &dyn HostProbe,
+    root: &Path,
+    cache: Option<&Cache>,
+    soname: &str,
+) -> Result<PathBuf, ProbeError> {
+    let missing = |source: Box<dyn std::error::Error + Send + Sync>| ProbeError {
+        library: root.join(soname),
+        source,
+    };
+    let read;
+    let cache = match cache {
+        Some(cache) => cache,
+        None => {
+            read = read_ldcache(probe, root).map_err(|e| missing(Box::new(e)))?;
+            read.as_ref().ok_or_else(|| {
+                missing("the driver root has no /etc/ld.so.cache to find it through".into())
+            })?
+        }
+    };
+    let unlisted = || missing(format!("the driver root's ld.so.cache lists no {soname}").into());
+    let arch = cache_arch(cache).ok_or_else(unlisted)?;
+    let entry = cache.lookup(soname, arch.into()).ok_or_else(unlisted)?;
+    resolve_in_root(probe, root, Path::new(&entry.path)).map_err(|e| missing(Box::new(e)))
 }
 
 /// The driver version out of the version suffix of libcuda or libnvidia-ml, for hosts

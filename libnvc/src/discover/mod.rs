@@ -3,14 +3,16 @@
 //! Everything is read under the configured roots ([`DriverRoots`]): libraries through
 //! `<root>/etc/ld.so.cache`, binaries, firmware and json files under `<root>`, device
 //! nodes under `<dev-root>/dev`, the GPU inventory under `<proc-root>/driver/nvidia`.
-//! Nothing is read from the real host when the roots point elsewhere. NVML is not used
-//! here; [`Driver::gpu_details`] asks it, through the probe, for what only NVML knows,
-//! on demand.
+//! Nothing is read from the real host when the roots point elsewhere. NVML is asked,
+//! through the probe, only for what only it knows: the MIG devices' UUIDs when a request
+//! names one by UUID ([`DeviceNeeds::mig_uuids`], `mig_uuids.rs`), and on demand
+//! [`Driver::gpu_details`].
 
 pub mod driver_root;
 mod files;
 pub mod files_cache;
 mod gpu_details;
+mod mig_uuids;
 mod nodes;
 pub mod proc;
 pub mod tables;
@@ -19,6 +21,7 @@ pub mod wsl;
 pub use nodes::read_majors;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +31,7 @@ use crate::version::Version;
 
 pub use files_cache::{DriverFiles, FilesCache};
 pub use gpu_details::GpuDetails;
+pub use mig_uuids::{parse_mig_devices, render_mig_devices, BadMigLine, NvmlMigDevice};
 pub use nodes::DeviceNode;
 pub use proc::GpuInventory;
 
@@ -102,6 +106,22 @@ pub struct Driver {
     /// What a WSL2 driver has of its own (`/dev/dxg`, its folders); `None` elsewhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wsl: Option<wsl::Wsl>,
+    /// Whether NVML was asked for the MIG devices' UUIDs ([`MigDevice::uuid`]), and how
+    /// that went.
+    #[serde(skip)]
+    pub mig_uuids: MigUuids,
+}
+
+/// Whether discovery asked NVML for the MIG devices' UUIDs ([`DeviceNeeds::mig_uuids`]).
+#[derive(Debug, Clone, Default)]
+pub enum MigUuids {
+    /// Not asked: nothing needed them, or no GPU has a MIG device.
+    #[default]
+    NotAsked,
+    /// Asked: each MIG device NVML reported has its UUID.
+    Known,
+    /// NVML could not answer (no libnvidia-ml, or it failed): no MIG device has a UUID.
+    Unknown(Arc<ProbeError>),
 }
 
 /// One GPU.
@@ -134,6 +154,9 @@ pub struct MigDevice {
     pub ci: u32,
     /// The capability nodes that grant it: the gi's and the ci's `access`.
     pub caps: Vec<DeviceNode>,
+    /// Its UUID (`MIG-…`, lowercase), as NVML reports it: only when discovery asked NVML
+    /// ([`DeviceNeeds::mig_uuids`], [`Driver::mig_uuids`]).
+    pub uuid: Option<String>,
 }
 
 /// Whether a library is the 64-bit or the 32-bit build.
@@ -246,6 +269,9 @@ pub enum Scope {
     Devices,
 }
 
+/// NVML's soname, as the driver's ld.so.cache lists it.
+const NVML_SONAME: &str = "libnvidia-ml.so.1";
+
 /// Reads everything the driver provides under `roots`.
 pub fn discover(roots: &DriverRoots, probe: &dyn HostProbe) -> Result<Driver, DiscoverError> {
     discover_scope(roots, probe, Scope::Full)
@@ -267,6 +293,10 @@ pub struct DeviceNeeds {
     /// Each GPU's MIG instances (`capabilities/gpu<N>/mig`, five reads a GPU): only a
     /// request that names a MIG device selects one.
     pub mig_devices: bool,
+    /// The MIG devices' UUIDs, which only NVML knows (it is loaded, or a helper program
+    /// run, and it opens the GPUs): only a request that names a MIG device by its UUID
+    /// (`MIG-<uuid>`) needs them. Read only with `mig_devices`.
+    pub mig_uuids: bool,
     /// The MIG `config` and `monitor` capability nodes.
     pub mig_caps: bool,
     /// The IMEX channel nodes.
@@ -277,6 +307,7 @@ impl DeviceNeeds {
     /// Everything.
     pub const ALL: DeviceNeeds = DeviceNeeds {
         mig_devices: true,
+        mig_uuids: true,
         mig_caps: true,
         imex_channels: true,
     };
@@ -287,10 +318,12 @@ impl DeviceNeeds {
         let asked = |s: &DeviceSelection| {
             !matches!(s, DeviceSelection::NotRequested | DeviceSelection::None)
         };
+        let selections = [&request.devices, &request.mig_config, &request.mig_monitor];
         DeviceNeeds {
-            mig_devices: [&request.devices, &request.mig_config, &request.mig_monitor]
+            mig_devices: selections
                 .into_iter()
                 .any(DeviceSelection::names_mig_device),
+            mig_uuids: selections.into_iter().any(DeviceSelection::names_mig_uuid),
             mig_caps: asked(&request.mig_config) || asked(&request.mig_monitor),
             imex_channels: request.imex_channels != ChannelSelection::None,
         }
@@ -418,7 +451,7 @@ pub fn discover_with(
         Some(known) => known.gpus.clone(),
         None => proc::read_gpus(probe, &nvidia)?,
     };
-    let gpus = proc_gpus
+    let mut gpus: Vec<Gpu> = proc_gpus
         .into_iter()
         .enumerate()
         .map(|(i, g)| {
@@ -438,6 +471,7 @@ pub fn discover_with(
                         .into_iter()
                         .filter_map(|m| nodes.cap(m))
                         .collect(),
+                    uuid: None,
                 })
                 .collect();
             Gpu {
@@ -482,6 +516,22 @@ pub fn discover_with(
         },
     };
     let cacheable = files_cache.is_some() && from_proc;
+    let asks_nvml = needs.mig_devices && needs.mig_uuids && gpus.iter().any(|g| !g.mig.is_empty());
+    let mig_uuids = match asks_nvml {
+        true => {
+            // The files found it, when they were read; else the driver root's cache.
+            let nvml = match driver_files
+                .libraries
+                .iter()
+                .find(|l| l.stem == "libnvidia-ml" && l.class == LibClass::Lib64)
+            {
+                Some(lib) => Ok(lib.host_path.clone()),
+                None => files::library_path(probe, &roots.root, cache.as_ref(), NVML_SONAME),
+            };
+            mig_uuids::ask(probe, nvml, &mut gpus)
+        }
+        false => MigUuids::NotAsked,
+    };
     Ok(Driver {
         known_cuda_version: driver_files.cuda_version,
         cacheable,
@@ -506,6 +556,7 @@ pub fn discover_with(
         version,
         gpus,
         wsl: None,
+        mig_uuids,
     })
 }
 

@@ -24,7 +24,9 @@ use log::{debug, warn};
 use serde::Serialize;
 
 use super::driver_root::join_under;
-use super::{nodes, DiscoverError, Driver, DriverRoots, HostFile, LibClass, Library, Scope};
+use super::{
+    nodes, DiscoverError, Driver, DriverRoots, HostFile, LibClass, Library, MigUuids, Scope,
+};
 use crate::caps::Capability;
 use crate::elf::{self, ElfClass};
 use crate::probe::{FileKind, HostProbe};
@@ -190,6 +192,7 @@ pub fn discover(
             lib_dir: lib_dir.clone(),
             driver_store: store.clone(),
         }),
+        mig_uuids: MigUuids::NotAsked,
     };
     if scope == Scope::Devices {
         return Ok(driver);

@@ -51,6 +51,7 @@ fn driver() -> Driver {
         cacheable: false,
         version_from_proc: false,
         wsl: None,
+        mig_uuids: crate::discover::MigUuids::NotAsked,
     }
 }
 

@@ -14,7 +14,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{FileKind, HostProbe, ProbeError, Stat};
-use crate::discover::GpuDetails;
+use crate::discover::{GpuDetails, NvmlMigDevice};
 
 /// An answer kept: the value, or the error's kind and text (an `io::Error` is not
 /// `Clone`).
@@ -111,6 +111,10 @@ impl HostProbe for MemoProbe<'_> {
     fn gpu_details(&self, nvml: &Path, uuids: &[&str]) -> Result<Vec<GpuDetails>, ProbeError> {
         self.inner.gpu_details(nvml, uuids)
     }
+
+    fn mig_devices(&self, nvml: &Path, gpus: &[&str]) -> Result<Vec<NvmlMigDevice>, ProbeError> {
+        self.inner.mig_devices(nvml, gpus)
+    }
 }
 
 #[cfg(test)]
@@ -171,6 +175,9 @@ mod tests {
             false
         }
         fn gpu_details(&self, _: &Path, _: &[&str]) -> Result<Vec<GpuDetails>, ProbeError> {
+            Ok(Vec::new())
+        }
+        fn mig_devices(&self, _: &Path, _: &[&str]) -> Result<Vec<NvmlMigDevice>, ProbeError> {
             Ok(Vec::new())
         }
     }

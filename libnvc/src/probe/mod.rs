@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::discover::GpuDetails;
+use crate::discover::{GpuDetails, NvmlMigDevice};
 
 /// What a file is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +124,10 @@ pub trait HostProbe {
     /// What NVML (`nvml`, the driver's libnvidia-ml) reports of the GPUs with `uuids`, in
     /// their order.
     fn gpu_details(&self, nvml: &Path, uuids: &[&str]) -> Result<Vec<GpuDetails>, ProbeError>;
+    /// What NVML (`nvml`) reports of the MIG devices of the GPUs with `gpus` (their UUIDs):
+    /// each one's parent GPU, GPU instance id, compute instance id and UUID. Asked only
+    /// for a request that names a MIG device by UUID (`discover::DeviceNeeds::mig_uuids`).
+    fn mig_devices(&self, nvml: &Path, gpus: &[&str]) -> Result<Vec<NvmlMigDevice>, ProbeError>;
 }
 
 /// The most of a text file under `/proc` or the driver root that is read.

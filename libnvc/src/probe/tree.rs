@@ -2,8 +2,8 @@
 //! driver tree (`testdata/driver-roots/<scenario>`) or one a test writes. Files, folders
 //! and links are read as they are; what git and an unprivileged user cannot make is
 //! declared: device nodes, sockets and pipes (a placeholder file plus a line of
-//! `devices.txt`), the CUDA version libcuda would report and NVML's answers. Only built
-//! for tests (the `testkit` feature).
+//! `devices.txt`), NVML's MIG devices (`nvml-mig-devices.txt`), the CUDA version libcuda
+//! would report and NVML's other answers. Only built for tests (the `testkit` feature).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -12,7 +12,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::{FileKind, HostProbe, ProbeError, Stat};
-use crate::discover::GpuDetails;
+use crate::discover::{parse_mig_devices, GpuDetails, NvmlMigDevice};
 
 /// The file of a tree that declares its special files, one per line, the path relative
 /// to the tree:
@@ -25,6 +25,13 @@ use crate::discover::GpuDetails;
 /// `#` starts a comment.
 pub const DEVICES_FILE: &str = "devices.txt";
 
+/// The file of a tree that declares the MIG devices NVML reports, in the text form of
+/// `discover::parse_mig_devices`: `<GPU uuid> <gpu instance> <compute instance> <MIG
+/// uuid>` a line. The fake driver's libnvidia-ml answers from the same file (the first
+/// folder above the library that has one), so that real programs on a fake tree see
+/// what [`TreeProbe`] sees.
+pub const MIG_DEVICES_FILE: &str = "nvml-mig-devices.txt";
+
 /// A probe that reads a tree and answers the rest from what it was told.
 #[derive(Debug, Clone, Default)]
 pub struct TreeProbe {
@@ -32,6 +39,7 @@ pub struct TreeProbe {
     host_roots: Vec<PathBuf>,
     cuda: Option<i32>,
     gpus: Vec<GpuDetails>,
+    mig: Option<Vec<NvmlMigDevice>>,
 }
 
 impl TreeProbe {
@@ -39,20 +47,32 @@ impl TreeProbe {
     /// outside this module.
     pub const DEVICES_FILE: &'static str = DEVICES_FILE;
 
+    /// The file of a tree that declares NVML's MIG devices (`nvml-mig-devices.txt`), for
+    /// callers outside this module.
+    pub const MIG_DEVICES_FILE: &'static str = MIG_DEVICES_FILE;
+
     /// A probe with no device node, no libcuda answer and no NVML.
     pub fn new() -> Self {
         TreeProbe::default()
     }
 
     /// The probe for the tree at `root`, with the special files its `devices.txt` declares
-    /// (none when it has none).
+    /// (none when it has none) and the MIG devices its `nvml-mig-devices.txt` declares (no
+    /// NVML answer when it has none).
     pub fn for_tree(root: &Path) -> io::Result<Self> {
-        let text = match std::fs::read_to_string(root.join(DEVICES_FILE)) {
-            Ok(text) => text,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(TreeProbe::new()),
-            Err(e) => return Err(e),
-        };
         let mut probe = TreeProbe::new();
+        if let Some(text) = read_if_there(&root.join(MIG_DEVICES_FILE))? {
+            let devices = parse_mig_devices(&text).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{MIG_DEVICES_FILE} {e}"),
+                )
+            })?;
+            probe.mig = Some(devices);
+        }
+        let Some(text) = read_if_there(&root.join(DEVICES_FILE))? else {
+            return Ok(probe);
+        };
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -109,8 +129,23 @@ impl TreeProbe {
         self
     }
 
+    /// The MIG devices NVML reports (replacing those the tree declares).
+    pub fn with_mig_devices(mut self, devices: Vec<NvmlMigDevice>) -> Self {
+        self.mig = Some(devices);
+        self
+    }
+
     fn declared(&self, path: &Path) -> Option<Stat> {
         self.devices.get(path).copied()
+    }
+}
+
+/// The text of the file at `path`; `None` when there is none.
+fn read_if_there(path: &Path) -> io::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -235,6 +270,18 @@ impl HostProbe for TreeProbe {
             })
             .collect())
     }
+
+    fn mig_devices(&self, nvml: &Path, gpus: &[&str]) -> Result<Vec<NvmlMigDevice>, ProbeError> {
+        let declared = self
+            .mig
+            .as_ref()
+            .ok_or_else(|| no(nvml, &format!("NVML MIG devices ({MIG_DEVICES_FILE})")))?;
+        Ok(declared
+            .iter()
+            .filter(|d| gpus.iter().any(|g| g.eq_ignore_ascii_case(&d.gpu)))
+            .cloned()
+            .collect())
+    }
 }
 
 #[cfg(test)]
@@ -335,5 +382,44 @@ mod tests {
         let none = tempfile::tempdir().unwrap();
         let probe = TreeProbe::for_tree(none.path()).unwrap();
         assert!(probe.cuda_driver_version(Path::new("/x")).is_err());
+        let err = probe.mig_devices(Path::new("/nvml"), &[]).unwrap_err();
+        assert!(
+            crate::report::error_chain(&err).contains(MIG_DEVICES_FILE),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn nvmls_mig_devices_are_those_the_tree_declares_for_the_gpus_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let gpu = |n: u32| format!("GPU-fa4ed71e-000{n}-4e57-8fa4-ed71e000000{n}");
+        let mig = |n: u32| format!("MIG-f1a5c0de-0001-400{n}-8000-0000fa4ed71e");
+        std::fs::write(
+            dir.path().join(MIG_DEVICES_FILE),
+            format!(
+                "# gpu gi ci mig\n{} 1 0 {}\n{} 2 0 {}\n{} 1 0 {}\n",
+                gpu(0),
+                mig(1),
+                gpu(0),
+                mig(2),
+                gpu(1),
+                mig(3)
+            ),
+        )
+        .unwrap();
+        let probe = TreeProbe::for_tree(dir.path()).unwrap();
+        let first = gpu(0);
+        let got = probe.mig_devices(Path::new("/nvml"), &[&first]).unwrap();
+        let got: Vec<(u32, &str)> = got.iter().map(|d| (d.gi, d.uuid.as_str())).collect();
+        assert_eq!(got, [(1, mig(1).as_str()), (2, mig(2).as_str())]);
+        assert!(probe
+            .mig_devices(Path::new("/nvml"), &[])
+            .unwrap()
+            .is_empty());
+
+        std::fs::write(dir.path().join(MIG_DEVICES_FILE), "GPU-x 1 0 MIG-y\n").unwrap();
+        let err = TreeProbe::for_tree(dir.path()).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("line 1"), "{err}");
     }
 }

@@ -33,6 +33,16 @@ impl DeviceSelection {
             _ => false,
         }
     }
+
+    /// Whether it names a MIG device by its UUID (`MIG-<uuid>`), which only NVML can tie
+    /// to a GPU instance and a compute instance: only such a selection needs NVML asked.
+    /// The old form `MIG-GPU-<uuid>/<gi>/<ci>` says both itself.
+    pub fn names_mig_uuid(&self) -> bool {
+        match self {
+            DeviceSelection::List(ids) => ids.iter().any(DeviceId::is_mig_uuid),
+            _ => false,
+        }
+    }
 }
 
 /// One device named in a device list, normalised so equal devices compare equal.
@@ -55,6 +65,14 @@ pub enum DeviceId {
         /// The MIG device's index on that GPU.
         mig: u32,
     },
+}
+
+impl DeviceId {
+    /// Whether it is a MIG device's UUID as NVML gives it (`MIG-<uuid>`), not the old
+    /// `MIG-GPU-<uuid>/<gi>/<ci>` form.
+    pub fn is_mig_uuid(&self) -> bool {
+        matches!(self, DeviceId::MigUuid(u) if !u.starts_with("MIG-GPU-"))
+    }
 }
 
 /// Shows the device the way it is written in a device list, normalised.
@@ -167,7 +185,7 @@ fn strip_prefix_ignore_case<'s>(s: &'s str, prefix: &str) -> Option<&'s str> {
 }
 
 /// Whether `s` is a UUID: hex groups of 8-4-4-4-12 digits.
-fn is_uuid(s: &str) -> bool {
+pub(crate) fn is_uuid(s: &str) -> bool {
     let groups: Vec<&str> = s.split('-').collect();
     groups.len() == 5
         && groups

@@ -34,6 +34,7 @@ pub use exclusive::{ExclusiveBy, EXCLUSIVE_ANNOTATION, EXCLUSIVE_ENV};
 pub use mounts::{device_mount_name, DEVICE_MOUNTS_ROOT};
 
 use cdi::{annotation_devices, cdi_annotation_keys};
+pub(crate) use devices::is_uuid;
 use devices::{mig_devices, parse_channels, parse_devices};
 use driver::{capabilities, parse_bool, requirements};
 

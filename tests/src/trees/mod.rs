@@ -19,7 +19,9 @@
 //!   on.
 //!
 //! A scenario folder holds `root/` (the driver root), `dev/` (the dev root is the folder
-//! itself), `proc/` (the proc root) and `devices.txt`; [`DriverTree`] names them.
+//! itself), `proc/` (the proc root), `devices.txt` and, where MIG is on,
+//! `nvml-mig-devices.txt` (what NVML reports of the MIG devices, with their UUIDs);
+//! [`DriverTree`] names them.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -113,7 +115,8 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "mig",
         about: "2 GPUs, GPU 0 (0000:06:00.0, minor 1) in MIG mode: GPU instances 1 and 2 with \
-                compute instance 0 each, their capability files and nvidia-caps nodes",
+                compute instance 0 each, their capability files and nvidia-caps nodes, and \
+                their UUIDs as NVML reports them",
         spec: || FakeDriverSpec {
             mig: true,
             ..base(2)
@@ -265,7 +268,8 @@ impl DriverTree {
         }
     }
 
-    /// A probe that reads the tree with the special files its `devices.txt` declares.
+    /// A probe that reads the tree with the special files its `devices.txt` declares (and
+    /// NVML's MIG devices, from its `nvml-mig-devices.txt`).
     pub fn probe(&self) -> io::Result<TreeProbe> {
         TreeProbe::for_tree(&self.dir)
     }
@@ -361,7 +365,10 @@ pub fn generate(scenario: &Scenario, out: &Path) -> Result<DriverTree, FakeError
         // The MPS control daemon's endpoint, which also keeps the folder in git.
         draft.placeholder("root/tmp/nvidia-mps/control", "s 0777".to_string())?;
     }
-    if !draft.spec.mig {
+    if draft.spec.mig {
+        let text = draft.spec.mig_devices_text();
+        write_file(&draft.path(crate::MIG_DEVICES_FILE), text, 0o644)?;
+    } else {
         draft.remove("proc/driver/nvidia-caps")?;
     }
     (scenario.finish)(&mut draft)?;

@@ -145,10 +145,22 @@ fn libraries_are_shared_objects_with_the_real_sonames() {
             .into_iter()
             .filter(|s| s.starts_with("nvml"))
             .collect();
+    // What nvidia-smi needs, and what lists a GPU's MIG devices with their UUIDs.
     assert_eq!(
         nvml,
         BTreeSet::from(
-            ["nvmlInit_v2", "nvmlShutdown", "nvmlSystemGetDriverVersion"].map(String::from)
+            [
+                "nvmlInit_v2",
+                "nvmlShutdown",
+                "nvmlSystemGetDriverVersion",
+                "nvmlDeviceGetHandleByUUID",
+                "nvmlDeviceGetMaxMigDeviceCount",
+                "nvmlDeviceGetMigDeviceHandleByIndex",
+                "nvmlDeviceGetUUID",
+                "nvmlDeviceGetGpuInstanceId",
+                "nvmlDeviceGetComputeInstanceId",
+            ]
+            .map(String::from)
         )
     );
 
@@ -303,6 +315,49 @@ fn libcuda_answers_through_dlopen() {
     assert_eq!(
         String::from_utf8_lossy(&output.stdout),
         "cuInit 0\ncuDriverGetVersion 0 99010\ncuDeviceGetCount 0 3\n"
+    );
+}
+
+#[test]
+#[ignore = "needs root: fake driver tree"]
+fn nvml_lists_the_mig_devices_the_tree_declares() {
+    require_root("fake driver tree");
+    let (_dir, driver) = build(&FakeDriverSpec {
+        mig: true,
+        ..FakeDriverSpec::default()
+    });
+    let nvml = driver
+        .lib_dir()
+        .join(format!("libnvidia-ml.so.{}", driver.spec.version));
+    let gpus: Vec<String> = driver
+        .spec
+        .gpus_in_bus_order()
+        .iter()
+        .map(|g| g.uuid.clone())
+        .collect();
+    // What the program beside the hook prints, from the fake libnvidia-ml: the MIG
+    // devices of the GPU in MIG mode, none of the others', as the tree's file says.
+    let output = run(Command::new(nvc_tests::workspace_bin("nvc-mig-devices"))
+        .arg(&nvml)
+        .args(&gpus));
+    assert!(output.status.success(), "{output:?}");
+    let want: String = driver
+        .spec
+        .mig_devices()
+        .iter()
+        .map(|m| format!("{} {} {} {}\n", m.gpu_uuid, m.gi, m.ci, m.uuid))
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&output.stdout), want);
+    assert_eq!(
+        fs::read_to_string(driver.dir.join(nvc_tests::MIG_DEVICES_FILE)).unwrap(),
+        driver.spec.mig_devices_text()
+    );
+    let output = run(Command::new(nvc_tests::workspace_bin("nvc-mig-devices"))
+        .arg(&nvml)
+        .args(&gpus[1..]));
+    assert!(
+        output.status.success() && output.stdout.is_empty(),
+        "{output:?}"
     );
 }
 
