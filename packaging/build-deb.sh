@@ -6,7 +6,8 @@
 #
 # --arch ARCH      the package's architecture (default: this machine's); the binaries
 #                  must be for it
-# --bin-dir DIR    package the nvc, nvc-runtime, nvc-hook and nvc-cuda-version already
+# --bin-dir DIR    package the nvc, nvc-runtime, nvc-hook, nvc-cuda-version and
+#                  nvc-mig-devices already
 #                  built in DIR (the tests package their debug build); without it, this
 #                  machine's architecture is built (`cargo build --release`), and arm64 is
 #                  cross-built (scripts/cross-aarch64.sh --release)

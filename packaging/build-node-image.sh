@@ -7,7 +7,8 @@
 #                                 [--name NAME] [--tag TAG]
 #
 #   --arch     the image's architecture [default: this machine's]
-#   --bin-dir  take nvc, nvc-runtime, nvc-hook and nvc-cuda-version from DIR instead of
+#   --bin-dir  take nvc, nvc-runtime, nvc-hook, nvc-cuda-version and nvc-mig-devices from
+#              DIR instead of
 #              building them (release, nvc and the shim and hook static: the image has no
 #              libc; a dynamic nvc given here gets the libraries it loads copied in)
 #   --output   the archive [default: target/nvc-node-VERSION-ARCH.oci.tar]
@@ -54,7 +55,8 @@ install -d -m 1777 "$rootfs/tmp"
 # CLI and the packages' dynamic one share target/release/nvc).
 if [ -z "$bin_dir" ]; then
     bin_dir="$(nvc_bin_dir "$elf_arch")"
-    cp "$bin_dir/nvc-cuda-version" "$bin_dir/nvc-runtime" "$bin_dir/nvc-hook" "$rootfs/nvc/bin/"
+    cp "$bin_dir/nvc-cuda-version" "$bin_dir/nvc-mig-devices" "$bin_dir/nvc-runtime" \
+        "$bin_dir/nvc-hook" "$rootfs/nvc/bin/"
     if [ "$elf_arch" = "$(uname -m)" ]; then
         (cd "$nvc_repo" && cargo build-cli-static) >&2
     else

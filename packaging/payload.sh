@@ -12,7 +12,7 @@
 # from binutils-aarch64-linux-gnu).
 
 nvc_repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-nvc_binaries=(nvc nvc-runtime nvc-hook nvc-cuda-version)
+nvc_binaries=(nvc nvc-runtime nvc-hook nvc-cuda-version nvc-mig-devices)
 
 nvc_die() {
     echo "$(basename "$0"): $*" >&2

@@ -3,11 +3,13 @@
 # runs the aarch64 binaries here (docs/arm64.md).
 #
 #   scripts/cross-aarch64.sh             debug build for the tests: nvc, nvc-runtime,
-#                                        nvc-cuda-version and a static nvc-hook in
+#                                        nvc-cuda-version, nvc-mig-devices and a static
+#                                        nvc-hook in
 #                                        target/aarch64-unknown-linux-gnu/debug;
 #                                        as root, also the arm64 userland and qemu's binfmt entry
 #   scripts/cross-aarch64.sh --release   the release binaries as packaged: nvc, nvc-runtime,
-#                                        nvc-hook, nvc-cuda-version, the shim and hook static
+#                                        nvc-hook, nvc-cuda-version, nvc-mig-devices, the
+#                                        shim and hook static
 #                                        (cargo build-shim-static, build-hook-static), in
 #                                        target/aarch64-unknown-linux-gnu/release
 #
@@ -84,12 +86,13 @@ for p in libnvc nvc-host nvc-config nvc-hook nvc-runtime; do
     unoptimised+=(--config "profile.dev.package.$p.opt-level=0")
 done
 CARGO_TARGET_DIR=$build_dir cargo build "${unoptimised[@]}" --locked --target "$target" \
-    -p nvc-cli -p nvc-runtime -p nvc-hook --bin nvc --bin nvc-runtime --bin nvc-cuda-version
+    -p nvc-cli -p nvc-runtime -p nvc-hook --bin nvc --bin nvc-runtime --bin nvc-cuda-version \
+    --bin nvc-mig-devices
 CARGO_TARGET_DIR=$build_dir cargo rustc "${unoptimised[@]}" --locked --target "$target" \
     -p nvc-hook --bin nvc-hook -- -C target-feature=+crt-static
 if [ "$build_dir" != "$target_dir" ]; then
     mkdir -p "$out"
-    for b in nvc nvc-runtime nvc-hook nvc-cuda-version; do
+    for b in nvc nvc-runtime nvc-hook nvc-cuda-version nvc-mig-devices; do
         cp "$build_dir/$target/debug/$b" "$out/$b.new"
         mv "$out/$b.new" "$out/$b"
     done

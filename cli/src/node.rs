@@ -165,7 +165,13 @@ pub struct ReadyArgs {
 }
 
 /// What is installed on the node, from the folder the binaries are taken from.
-const BINARIES: [&str; 4] = ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"];
+const BINARIES: [&str; 5] = [
+    "nvc",
+    "nvc-runtime",
+    "nvc-hook",
+    "nvc-cuda-version",
+    "nvc-mig-devices",
+];
 
 /// How long containerd may take to come back after SIGHUP (its unit's RestartSec is 5 s).
 const ENGINE_BACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);

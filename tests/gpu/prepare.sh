@@ -11,7 +11,7 @@ cargo build-shim-static
 cargo build-hook-static
 cargo build-floor-static
 mkdir -p "$carry/bin" "$carry/debs"
-cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-cuda-version,nvc-fake-driver,nvc-bench,nvc-floor,nvc-cri} "$carry/bin/"
+cp target/release/{nvc,nvc-runtime,nvc-hook,nvc-cuda-version,nvc-mig-devices,nvc-fake-driver,nvc-bench,nvc-floor,nvc-cri} "$carry/bin/"
 git describe --always --dirty >"$carry/commit"
 # The node installer's image (tests/gpu/node.sh runs its static nvc): built, and its one
 # layer's /nvc/bin unpacked into $carry/node.

@@ -544,7 +544,13 @@ fn the_arm64_deb_and_rpm_hold_the_aarch64_build_which_runs() {
         .status()
         .unwrap();
     assert!(status.success());
-    for name in ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"] {
+    for name in [
+        "nvc",
+        "nvc-runtime",
+        "nvc-hook",
+        "nvc-cuda-version",
+        "nvc-mig-devices",
+    ] {
         assert_eq!(
             elf_machine(&files.join("usr/bin").join(name)),
             183,
@@ -552,7 +558,13 @@ fn the_arm64_deb_and_rpm_hold_the_aarch64_build_which_runs() {
         );
     }
     let listed = field(&["rpm", "-qlp"], &rpm);
-    for name in ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"] {
+    for name in [
+        "nvc",
+        "nvc-runtime",
+        "nvc-hook",
+        "nvc-cuda-version",
+        "nvc-mig-devices",
+    ] {
         assert!(
             listed.lines().any(|l| l == format!("/usr/bin/{name}")),
             "{name} missing from the RPM:\n{listed}"
@@ -654,7 +666,13 @@ fn the_aarch64_rpm_installs_and_erases_in_an_arm64_root() {
     };
     // Installed with its scriptlets, which run in the arm64 root.
     rpm(&["-i".as_ref(), "--ignorearch".as_ref(), rpm_file.as_os_str()]);
-    for name in ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"] {
+    for name in [
+        "nvc",
+        "nvc-runtime",
+        "nvc-hook",
+        "nvc-cuda-version",
+        "nvc-mig-devices",
+    ] {
         assert_eq!(elf_machine(&root.join("usr/bin").join(name)), 183, "{name}");
     }
     assert!(root.join("etc/nvc/config.toml").is_file());

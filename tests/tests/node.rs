@@ -114,7 +114,13 @@ fn containerd_install_then_uninstall_leaves_the_node_byte_for_byte() {
     let before = node.files();
     let said = ok(&node.nvc("install", "containerd", &["--reload=none"]));
     let root = node.root();
-    for file in ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"] {
+    for file in [
+        "nvc",
+        "nvc-runtime",
+        "nvc-hook",
+        "nvc-cuda-version",
+        "nvc-mig-devices",
+    ] {
         let installed = std::fs::read(root.join("opt/nvc/bin").join(file)).unwrap();
         assert!(!installed.is_empty(), "{file}");
     }

@@ -131,6 +131,7 @@ fn deb_installs_runs_and_purges_back_to_the_users_config() {
         "usr/bin/nvc-runtime",
         "usr/bin/nvc-hook",
         "usr/bin/nvc-cuda-version",
+        "usr/bin/nvc-mig-devices",
         "etc/nvc/config.toml",
         "usr/share/containers/oci/hooks.d/oci-nvc-hook.json",
         "usr/share/doc/nvc/README.md",

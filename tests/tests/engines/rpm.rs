@@ -146,6 +146,7 @@ fn rpm_holds_the_debs_files_config_dependencies_and_scripts() {
         "./usr/bin/nvc-runtime 0755 0:0 file",
         "./usr/bin/nvc-hook 0755 0:0 file",
         "./usr/bin/nvc-cuda-version 0755 0:0 file",
+        "./usr/bin/nvc-mig-devices 0755 0:0 file",
         "./usr/bin/nv-docker 0755 0:0 file",
         "./etc/nvc/config.toml 0644 0:0 file",
         "./usr/lib/systemd/system/nvc-cdi-refresh.path 0644 0:0 file",
@@ -468,7 +469,13 @@ fn arm64_packages_hold_arm64_binaries_and_refuse_others() {
         "#include <stdio.h>\nint main(void) { puts(NAME); return 0; }\n",
     )
     .unwrap();
-    for name in ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"] {
+    for name in [
+        "nvc",
+        "nvc-runtime",
+        "nvc-hook",
+        "nvc-cuda-version",
+        "nvc-mig-devices",
+    ] {
         run(Command::new("aarch64-linux-gnu-gcc")
             .arg(format!("-DNAME=\"{name}\""))
             .arg(&source)
@@ -510,7 +517,13 @@ fn arm64_packages_hold_arm64_binaries_and_refuse_others() {
     for package in [&rpm, &deb] {
         let files = dir.path().join(package.file_name().unwrap());
         unpack(package, &files);
-        for name in ["nvc", "nvc-runtime", "nvc-hook", "nvc-cuda-version"] {
+        for name in [
+            "nvc",
+            "nvc-runtime",
+            "nvc-hook",
+            "nvc-cuda-version",
+            "nvc-mig-devices",
+        ] {
             assert_eq!(
                 elf_machine(&files.join("usr/bin").join(name)),
                 183,
