@@ -89,7 +89,12 @@ fn unknown_devices_are_errors_that_name_them() {
         &ContainerLayout::debian(),
     )
     .unwrap_err();
-    assert!(matches!(err, EditsError::Unsupported { .. }), "{err}");
+    assert!(matches!(err, EditsError::UnknownDevice { .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "NVIDIA_VISIBLE_DEVICES: MIG device MIG-5d3a2d1c-0b0a-4c5e-9f00-123456789abc does \
+         not exist (this host has no MIG device)"
+    );
 }
 
 #[test]
@@ -146,6 +151,50 @@ fn mig_devices_by_gpu_and_instance() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("GPU 1 has 0 MIG devices"), "{err}");
+}
+
+#[test]
+fn mig_devices_by_uuid_get_what_gpu_colon_mig_gets() {
+    let (_tree, d) = driver("mig");
+    let gpu0 = &d.gpus[0];
+    let spec = nvc_tests::trees::scenario("mig").unwrap().spec();
+    let uuids: Vec<String> = spec.mig_devices().into_iter().map(|m| m.uuid).collect();
+    assert_eq!(uuids.len(), 2);
+    for (mig, uuid) in gpu0.mig.iter().zip(&uuids) {
+        assert_eq!(mig.uuid.as_ref(), Some(uuid));
+        let by_index = edits_for(&d, &[&format!("NVIDIA_VISIBLE_DEVICES=0:{}", mig.index)]);
+        let old = format!("MIG-{}/{}/{}", gpu0.uuid, mig.gi, mig.ci);
+        for form in [
+            uuid.clone(),
+            uuid.to_uppercase(),
+            format!("nvidia.com/gpu={uuid}"),
+            old,
+        ] {
+            let e = edits_for(&d, &[&format!("NVIDIA_VISIBLE_DEVICES={form}")]);
+            // The same nodes (the parent's, the instances' capabilities), the same GPU
+            // left in /proc/driver/nvidia, the same files.
+            assert_eq!(e, by_index, "{form}");
+        }
+    }
+    let e = edits_for(&d, &[&format!("NVIDIA_VISIBLE_DEVICES={},1", uuids[1])]);
+    assert_eq!(e, edits_for(&d, &["NVIDIA_VISIBLE_DEVICES=0:1,1"]));
+    // An unknown one names itself and the host's MIG devices, by UUID and index.
+    let unknown = "MIG-00000000-0000-4000-8000-000000000000";
+    let err = edits::compute(
+        &d,
+        &request(&[&format!("NVIDIA_VISIBLE_DEVICES={unknown}")]),
+        &ContainerLayout::debian(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "NVIDIA_VISIBLE_DEVICES: MIG device {unknown} does not exist (this host's MIG \
+             devices are {} (0:0), {} (0:1))",
+            uuids[0], uuids[1]
+        )
+    );
 }
 
 #[test]
@@ -560,4 +609,153 @@ fn nodes_of_a_dev_root_elsewhere_are_bind_mounts_in_containers_started_at_once()
             assert!(mounted, "{node} is no mount of its own:\n{}", out.stdout);
         }
     }
+}
+
+/// Lists the GPU and capability nodes the container has, as [`LIST_NODES`] does.
+const LIST_GPU_AND_CAP_NODES: &str = "for n in /dev/nvidia* /dev/nvidia-caps/*; do [ -c $n ] \
+     && echo node $(stat -c '%n %t:%T' $n); done; true";
+
+/// NVIDIA's device plugin under its mixed MIG strategy names a MIG device by its UUID:
+/// through nvc-runtime (which asks NVML in its own process here, being dynamic) and its
+/// prestart hook (which asks `nvc-mig-devices` beside it), and with the hook alone in the
+/// spec, the container gets exactly what `<gpu>:<mig>` gives it: the parent GPU's node
+/// and the GPU and compute instances' capability nodes, no other MIG device's.
+#[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
+fn a_mig_uuid_gets_exactly_its_mig_devices_nodes_through_the_shim_and_the_hook() {
+    let w = World::with(
+        nvc_tests::FakeDriverSpec {
+            mig: true,
+            ..nvc_tests::FakeDriverSpec::default()
+        },
+        nvc_tests::RootfsSpec::default(),
+    );
+    let parent = w.gpus_in_bus_order()[0].clone();
+    let caps = w.fake.spec.mig_caps();
+    let config = w.dir.path().join("config.toml");
+    let runc = Runtime::runc(&w.dir.path().join("runc-state"));
+    let nodes_of = |out: &nvc_tests::Outcome, what: &str| {
+        assert!(out.success(), "{what}: {out:?}\nnvc log:\n{}", w.nvc_log());
+        let mut nodes = nodes_inside(&out.stdout);
+        nodes.sort();
+        nodes
+    };
+    let through_hook_alone = |value: &str| {
+        let b = w
+            .bundle(
+                &[&format!("NVIDIA_VISIBLE_DEVICES={value}")],
+                LIST_GPU_AND_CAP_NODES,
+            )
+            .set("/hooks", hook_only(&config))
+            .write()
+            .unwrap();
+        runc.run(&b, &nvc_tests::container_id("nvc-mig-hook"))
+    };
+    for (i, mig) in w.fake.spec.mig_devices().iter().enumerate() {
+        let by_index = nodes_of(
+            &w.run(
+                &[&format!("NVIDIA_VISIBLE_DEVICES=0:{i}")],
+                LIST_GPU_AND_CAP_NODES,
+            ),
+            "by index",
+        );
+        let mut want_caps: Vec<String> = caps
+            .iter()
+            .filter(|c| c.gi == mig.gi)
+            .map(|c| format!("/dev/nvidia-caps/nvidia-cap{} 241:{}", c.minor, c.minor))
+            .collect();
+        want_caps.sort();
+        let got_caps: Vec<String> = by_index
+            .iter()
+            .filter(|n| n.starts_with("/dev/nvidia-caps/"))
+            .cloned()
+            .collect();
+        assert_eq!(got_caps, want_caps, "0:{i}");
+        let gpus: Vec<&String> = by_index
+            .iter()
+            .filter(|n| n.contains(" 195:") && !n.contains("195:255"))
+            .collect();
+        assert_eq!(
+            gpus,
+            [&format!("/dev/nvidia{} 195:{}", parent.minor, parent.minor)],
+            "0:{i}"
+        );
+        let by_uuid = w.run(
+            &[&format!("NVIDIA_VISIBLE_DEVICES={}", mig.uuid)],
+            LIST_GPU_AND_CAP_NODES,
+        );
+        assert_eq!(nodes_of(&by_uuid, &mig.uuid), by_index, "{}", mig.uuid);
+        let alone = through_hook_alone(&mig.uuid);
+        assert_eq!(nodes_of(&alone, "hook alone"), by_index, "{}", mig.uuid);
+    }
+    // The old form, and the CDI name, through the shim.
+    let second = &w.fake.spec.mig_devices()[1];
+    let by_index = nodes_of(
+        &w.run(&["NVIDIA_VISIBLE_DEVICES=0:1"], LIST_GPU_AND_CAP_NODES),
+        "0:1",
+    );
+    for value in [
+        format!("MIG-{}/{}/{}", second.gpu_uuid, second.gi, second.ci),
+        format!("nvidia.com/gpu={}", second.uuid),
+    ] {
+        let out = w.run(
+            &[&format!("NVIDIA_VISIBLE_DEVICES={value}")],
+            LIST_GPU_AND_CAP_NODES,
+        );
+        assert_eq!(nodes_of(&out, &value), by_index, "{value}");
+    }
+
+    // An unknown MIG UUID stops the start, naming it and the host's MIG devices.
+    let unknown = "MIG-00000000-0000-4000-8000-000000000000";
+    let out = w.run(
+        &[&format!("NVIDIA_VISIBLE_DEVICES={unknown}")],
+        "echo started",
+    );
+    assert!(!out.success(), "{out:?}");
+    assert!(!out.stdout.contains("started"), "{out:?}");
+    let said = format!("{}{}", out.stderr, out.log);
+    assert!(
+        said.contains(unknown)
+            && w.fake
+                .spec
+                .mig_devices()
+                .iter()
+                .all(|m| said.contains(&m.uuid)),
+        "{out:?}"
+    );
+    let out = through_hook_alone(unknown);
+    assert!(!out.success(), "{out:?}");
+    let said = format!("{}{}", out.stderr, out.log);
+    assert!(said.contains(unknown), "{out:?}");
+
+    // The hook asks NVML through the program beside it: alone in a folder, it cannot, and
+    // says which program is missing.
+    let bin = w.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let hook = bin.join("nvc-hook");
+    std::fs::copy(nvc_tests::workspace_bin("nvc-hook"), &hook).unwrap();
+    let b = w
+        .bundle(
+            &[&format!("NVIDIA_VISIBLE_DEVICES={}", second.uuid)],
+            "echo started",
+        )
+        .set(
+            "/hooks",
+            json!({"prestart": [{
+                "path": hook,
+                "args": ["nvidia-container-runtime-hook", "prestart"],
+                "env": [format!("NVC_CONFIG={}", config.display())],
+            }]}),
+        )
+        .write()
+        .unwrap();
+    let out = runc.run(&b, &nvc_tests::container_id("nvc-mig-lone"));
+    assert!(!out.success(), "started without nvc-mig-devices: {out:?}");
+    let said = format!("{}{}", out.stderr, out.log);
+    assert!(
+        said.contains(&bin.join("nvc-mig-devices").display().to_string())
+            && said.contains("reinstall nvc")
+            && said.contains("<gpu>:<mig>"),
+        "the missing program is not named: {out:?}"
+    );
 }

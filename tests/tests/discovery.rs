@@ -1149,7 +1149,11 @@ fn a_start_reads_only_the_devices_its_request_can_use() {
     );
     let (old_form, asked) = read(&[&old], &[]);
     assert!(asked.mig_asked.borrow().is_empty(), "NVML asked for {old}");
-    assert_eq!(old_form.gpus, without_uuids(&full));
+    for (env, d) in [(&by_uuid, &named), (&old, &old_form)] {
+        let selected = edits::select(d, &request(&[env]).devices, "V").unwrap();
+        assert_eq!(selected.mig.len(), 1, "{env}");
+        assert_eq!(selected.mig[0].1.index, 1, "{env}");
+    }
     // The MIG capabilities asked for: their nodes, not the instances.
     let (caps, _) = read(
         &["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_MIG_CONFIG_DEVICES=all"],

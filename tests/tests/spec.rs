@@ -254,6 +254,45 @@ fn the_runtime_hands_its_gpus_to_the_hook_unless_a_mig_device_is_asked_for() {
         .is_empty());
 }
 
+#[test]
+fn a_mig_uuid_plans_as_gpu_colon_mig_in_the_runtime_and_the_hook() {
+    use libnvc::plan::{ConfigSource, Handed, Plan, Stage};
+    let tree = DriverTree::committed("mig");
+    let probe = tree.probe().unwrap();
+    let source = ConfigSource {
+        path: Path::new("/etc/nvc/config.toml"),
+        from_env: false,
+    };
+    let plan = |env: &str, stage: Stage| {
+        let (bundle, config) = bundle_on(&tree, &[env]);
+        Plan::for_bundle(
+            bundle.path(),
+            &config,
+            &source,
+            &probe,
+            stage,
+            &Handed::default(),
+        )
+        .unwrap_or_else(|s| panic!("{}", libnvc::report::error_chain(&s.error)))
+        .gpu
+        .unwrap()
+    };
+    let uuid = &trees::scenario("mig").unwrap().spec().mig_devices()[1].uuid;
+    for stage in [Stage::Runtime, Stage::Hook, Stage::Check] {
+        let by_index = plan("NVIDIA_VISIBLE_DEVICES=0:1", stage);
+        let by_uuid = plan(&format!("NVIDIA_VISIBLE_DEVICES={uuid}"), stage);
+        assert_eq!(by_uuid.edits, by_index.edits, "{stage:?}");
+        assert_eq!(by_uuid.gpu_nodes, by_index.gpu_nodes, "{stage:?}");
+        assert!(by_uuid.names_mig, "{stage:?}");
+        assert_eq!(by_uuid.edits.visible_gpus, ["0000:06:00.0"], "{stage:?}");
+        // The runtime hands the hook no GPU list: it reads the instances itself.
+        if stage == Stage::Runtime {
+            let args = by_uuid.hook.unwrap().entry.args;
+            assert_eq!(args, ["nvc-hook", "prestart"]);
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // In containers under runc.
 

@@ -262,15 +262,19 @@ pub enum EditsError {
         /// What the host has.
         known: String,
     },
-    /// A form of device selection this build cannot resolve.
-    #[error("{variable}: {device}: {reason}")]
-    Unsupported {
+    /// A MIG device named by UUID when NVML could not say the MIG devices' UUIDs.
+    #[error(
+        "{variable}: cannot tell which MIG device {device} is: NVML did not list the MIG \
+         devices' UUIDs; name it as <gpu>:<mig> instead (`nvc info` lists them)"
+    )]
+    MigUuidsUnknown {
         /// The variable that asked for it.
         variable: &'static str,
-        /// The device as asked for.
+        /// The MIG UUID as asked for.
         device: String,
-        /// Why.
-        reason: &'static str,
+        /// Why NVML did not answer.
+        #[source]
+        source: std::sync::Arc<crate::probe::ProbeError>,
     },
     /// One GPU asked for on WSL2, where `/dev/dxg` gives every GPU or none.
     #[error("{variable}: {device}: WSL cannot give a container one GPU and not another (its one device, /dev/dxg, reaches every GPU); ask for all of them with {variable}=all, or for none with {variable}=void")]

@@ -14,7 +14,7 @@ pub enum RequestError {
     /// A device list item that is no known form.
     #[error(
         "{variable}: unknown device {item:?} (expected an index, GPU-<uuid>, \
-         a PCI bus id such as 0000:06:00.0, <gpu>:<mig>, all, none or void)"
+         a PCI bus id such as 0000:06:00.0, <gpu>:<mig>, MIG-<uuid>, all, none or void)"
     )]
     UnknownDevice {
         /// The variable.
@@ -113,7 +113,7 @@ pub enum RequestError {
     /// name that is no GPU.
     #[error(
         "annotation {annotation}: invalid CDI device {item:?} (expected vendor.com/class=name; \
-         nvidia.com/gpu takes an index, GPU-<uuid>, <gpu>:<mig> or all)"
+         nvidia.com/gpu takes an index, GPU-<uuid>, <gpu>:<mig>, MIG-<uuid> or all)"
     )]
     BadCdiAnnotation {
         /// The annotation's key.

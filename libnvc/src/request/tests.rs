@@ -122,7 +122,7 @@ fn visible_devices() {
         (&*bad_uuid_hex, Want::Err("unknown device")),
         (&*bad_uuid_groups, Want::Err("unknown device")),
         ("GPU-", Want::Err("unknown device \"GPU-\"")),
-        ("gpu0", Want::Err("unknown device \"gpu0\" (expected an index, GPU-<uuid>, a PCI bus id such as 0000:06:00.0, <gpu>:<mig>, all, none or void)")),
+        ("gpu0", Want::Err("unknown device \"gpu0\" (expected an index, GPU-<uuid>, a PCI bus id such as 0000:06:00.0, <gpu>:<mig>, MIG-<uuid>, all, none or void)")),
         // MIG UUIDs
         (&*mig_up, list(vec![mig(UUID)])),
         (&*old_mig, list(vec![MigUuid(format!("MIG-GPU-{UUID}/1/0"))])),
