@@ -2,7 +2,7 @@
 //!
 //! [`generate`] turns a discovered [`Driver`] into one CDI spec of kind `nvidia.com/gpu`:
 //! one device per GPU (named by index, UUID or both, see [`NameStrategy`]), one per MIG
-//! device (`<gpu>:<mig>`), and `all`. Each device carries its own device nodes; what every
+//! device (`<gpu>:<mig>`, its UUID `MIG-…`, or both, alike), and `all`. Each device carries its own device nodes; what every
 //! GPU container needs whichever GPUs it gets (the control nodes, the driver's files as
 //! bind mounts, and the hooks that make its soname links and update its ld.so.cache)
 //! sits in the spec-level `containerEdits`, which CDI applies once for any device of the
@@ -260,19 +260,35 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
         }
         all_nodes.push(&gpu.node);
     }
-    // MIG devices are named by index under every strategy: discovery does not know
-    // their UUIDs.
+    // MIG devices by `<gpu>:<mig>`, and by the UUID NVML gave (`MIG-…`, what NVIDIA's
+    // device plugin names under its mixed strategy) where the strategy names GPUs by
+    // UUID; one NVML did not name keeps its index name.
+    if let discover::MigUuids::Unknown(why) = &driver.mig_uuids {
+        log::warn!(
+            "MIG devices are named <gpu>:<mig> only: {}",
+            crate::report::error_chain(&**why)
+        );
+    }
     for gpu in &driver.gpus {
         for mig in &gpu.mig {
             let mut list = vec![&gpu.node];
             list.extend(mig.caps.iter());
-            devices.push(Device {
-                name: format!("{}:{}", gpu.index, mig.index),
-                container_edits: CdiEdits {
-                    device_nodes: nodes(&list)?,
-                    ..CdiEdits::default()
-                },
-            });
+            let device_edits = CdiEdits {
+                device_nodes: nodes(&list)?,
+                ..CdiEdits::default()
+            };
+            let index = format!("{}:{}", gpu.index, mig.index);
+            let names: Vec<String> = match (options.strategy, &mig.uuid) {
+                (NameStrategy::Index, _) | (_, None) => vec![index],
+                (NameStrategy::Uuid, Some(uuid)) => vec![uuid.clone()],
+                (NameStrategy::Both, Some(uuid)) => vec![index, uuid.clone()],
+            };
+            for name in names {
+                devices.push(Device {
+                    name,
+                    container_edits: device_edits.clone(),
+                });
+            }
             all_nodes.extend(mig.caps.iter());
         }
     }
@@ -551,6 +567,39 @@ mod tests {
             err.to_string(),
             "the hook path nvc-hook is not absolute (set hook.path in the nvc config to the absolute path of nvc-hook)"
         );
+    }
+
+    #[test]
+    fn mig_devices_are_named_by_the_uuid_nvml_gave_as_gpus_are() {
+        const MIG: &str = "MIG-5fa4ed71-e001-4001-9000-a1b2c3d4e5f6";
+        let mut d = driver();
+        d.gpus[1].mig[0].uuid = Some(MIG.into());
+        d.mig_uuids = discover::MigUuids::Known;
+        let mut options = GenerateOptions::new("/usr/bin/nvc-hook");
+        let mut names = |strategy| {
+            options.strategy = strategy;
+            let spec = generate(&d, &options).unwrap();
+            let mig: Vec<&Device> = spec
+                .devices
+                .iter()
+                .filter(|dev| dev.name.contains(':') || dev.name.starts_with("MIG-"))
+                .collect();
+            // Every name of the MIG device has its parent's node and its two capabilities.
+            for dev in &mig {
+                assert_eq!(
+                    node_names(&dev.container_edits),
+                    [
+                        "/dev/nvidia0 195:0",
+                        "/dev/nvidia-caps/nvidia-cap21 241:21",
+                        "/dev/nvidia-caps/nvidia-cap22 241:22"
+                    ]
+                );
+            }
+            mig.iter().map(|dev| dev.name.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(names(NameStrategy::Index), ["1:0"]);
+        assert_eq!(names(NameStrategy::Uuid), [MIG]);
+        assert_eq!(names(NameStrategy::Both), ["1:0", MIG]);
     }
 
     #[test]

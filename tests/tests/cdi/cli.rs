@@ -277,7 +277,7 @@ fn generation_is_deterministic_and_writes_files_atomically() {
 
 #[test]
 #[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
-fn mig_devices_are_named_gpu_colon_mig_with_their_capability_nodes() {
+fn mig_devices_are_named_gpu_colon_mig_and_by_uuid_with_their_capability_nodes() {
     let h = Host::with(FakeDriverSpec {
         mig: true,
         ..FakeDriverSpec::default()
@@ -287,14 +287,20 @@ fn mig_devices_are_named_gpu_colon_mig_with_their_capability_nodes() {
     let gpus = h.gpus_in_bus_order();
     let caps = h.fake.spec.mig_caps();
     let nodes = h.fake.spec.device_nodes();
+    let migs = h.fake.spec.mig_devices();
     // GPU 0 (the lowest bus id) is in MIG mode with GPU instances 1 and 2, one compute
-    // instance each: MIG devices 0:0 and 0:1, after the GPUs, before all.
+    // instance each: MIG devices 0:0 and 0:1, each also by the UUID NVML gives it, after
+    // the GPUs, before all.
     let mut want_names: Vec<String> = Vec::new();
     for (i, g) in gpus.iter().enumerate() {
         want_names.push(i.to_string());
         want_names.push(g.uuid.clone());
     }
-    want_names.extend(["0:0".into(), "0:1".into(), "all".into()]);
+    for (i, m) in migs.iter().enumerate() {
+        want_names.push(format!("0:{i}"));
+        want_names.push(m.uuid.clone());
+    }
+    want_names.push("all".into());
     assert_eq!(names(&spec), want_names);
     let listed = h.ok(&["cdi", "list"]);
     let qualified: Vec<String> = want_names
@@ -302,8 +308,19 @@ fn mig_devices_are_named_gpu_colon_mig_with_their_capability_nodes() {
         .map(|n| format!("nvidia.com/gpu={n}"))
         .collect();
     assert_eq!(listed.lines().collect::<Vec<_>>(), qualified);
-    // Only NVML knows MIG devices' UUIDs; nvc names none.
-    assert!(!listed.contains("MIG-"), "{listed}");
+    // By index only, the MIG devices keep their index names; by UUID, their UUIDs.
+    for (strategy, mig_names) in [
+        ("index", vec!["0:0".to_string(), "0:1".into()]),
+        ("uuid", migs.iter().map(|m| m.uuid.clone()).collect()),
+    ] {
+        let listed = h.ok(&["cdi", "list", "--device-name-strategy", strategy]);
+        let got: Vec<&str> = listed
+            .lines()
+            .filter_map(|l| l.strip_prefix("nvidia.com/gpu="))
+            .filter(|n| n.contains(':') || n.starts_with("MIG-"))
+            .collect();
+        assert_eq!(got, mig_names, "{strategy}");
+    }
 
     let parent = format!("/dev/nvidia{} 195:{}", gpus[0].minor, gpus[0].minor);
     let all = spec_nodes(&device(&spec, "all")["containerEdits"]);
@@ -321,6 +338,8 @@ fn mig_devices_are_named_gpu_colon_mig_with_their_capability_nodes() {
         }
         let dev = device(&spec, &format!("0:{mig}"));
         assert_eq!(spec_nodes(&dev["containerEdits"]), want, "0:{mig}");
+        let by_uuid = device(&spec, &migs[mig].uuid);
+        assert_eq!(by_uuid["containerEdits"], dev["containerEdits"], "0:{mig}");
         for w in &want {
             assert!(all.contains(w), "{w} not in all: {all:?}");
         }

@@ -138,27 +138,31 @@ fn runc_with_a_mig_device_gets_its_parent_and_capability_nodes_only() {
     let script = format!(
         "{LIST_NODES}; for n in /dev/nvidia-caps/*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; nvc-probe"
     );
-    let out = run_with_spec(&h, &rootfs, &["0:1"], &script);
-    assert!(out.success(), "{out:?}");
-    assert_eq!(
-        gpu_nodes_inside(&out.stdout),
-        [format!("/dev/nvidia{} 195:{}", parent.minor, parent.minor)],
-        "{out:?}"
-    );
-    // GPU instance 2 and its compute instance: MIG device 1 of GPU 0.
-    let mut want: Vec<String> = caps
-        .iter()
-        .filter(|c| c.gi == 2)
-        .map(|c| format!("/dev/nvidia-caps/nvidia-cap{} 241:{}", c.minor, c.minor))
-        .collect();
-    want.sort();
-    let mut got: Vec<String> = nodes_inside(&out.stdout)
-        .into_iter()
-        .filter(|n| n.starts_with("/dev/nvidia-caps/"))
-        .collect();
-    got.sort();
-    assert_eq!(got, want, "{out:?}");
-    assert!(out.stdout.contains("libcuda=ok"), "{out:?}");
+    // By index, and by the UUID NVML gives it (the name NVIDIA's device plugin uses).
+    let uuid = h.fake.spec.mig_devices()[1].uuid.clone();
+    for name in ["0:1", uuid.as_str()] {
+        let out = run_with_spec(&h, &rootfs, &[name], &script);
+        assert!(out.success(), "{name}: {out:?}");
+        assert_eq!(
+            gpu_nodes_inside(&out.stdout),
+            [format!("/dev/nvidia{} 195:{}", parent.minor, parent.minor)],
+            "{name}: {out:?}"
+        );
+        // GPU instance 2 and its compute instance: MIG device 1 of GPU 0.
+        let mut want: Vec<String> = caps
+            .iter()
+            .filter(|c| c.gi == 2)
+            .map(|c| format!("/dev/nvidia-caps/nvidia-cap{} 241:{}", c.minor, c.minor))
+            .collect();
+        want.sort();
+        let mut got: Vec<String> = nodes_inside(&out.stdout)
+            .into_iter()
+            .filter(|n| n.starts_with("/dev/nvidia-caps/"))
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "{name}: {out:?}");
+        assert!(out.stdout.contains("libcuda=ok"), "{name}: {out:?}");
+    }
 }
 
 #[test]
@@ -627,6 +631,52 @@ fn shim_takes_cdi_names_in_nvidia_visible_devices() {
     );
     assert!(!out.success(), "{out:?}");
     assert!(out.stderr.contains("GPU index 7 does not exist"), "{out:?}");
+}
+
+#[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
+fn shim_takes_mig_devices_by_cdi_name_and_uuid() {
+    let h = Host::with(FakeDriverSpec {
+        mig: true,
+        ..FakeDriverSpec::default()
+    });
+    let rootfs = h.rootfs("rootfs");
+    let parent = &h.gpus_in_bus_order()[0];
+    let caps = h.fake.spec.mig_caps();
+    let script = format!(
+        "{LIST_NODES}; for n in /dev/nvidia-caps/*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; nvc-probe"
+    );
+    for mig in h.fake.spec.mig_devices() {
+        let mut want = vec![format!("/dev/nvidia{} 195:{}", parent.minor, parent.minor)];
+        want.extend(
+            caps.iter()
+                .filter(|c| c.gi == mig.gi)
+                .map(|c| format!("/dev/nvidia-caps/nvidia-cap{} 241:{}", c.minor, c.minor)),
+        );
+        want.sort();
+        let name = format!("nvidia.com/gpu={}", mig.uuid);
+        for (env, annotations) in [
+            (format!("NVIDIA_VISIBLE_DEVICES={name}"), json!({})),
+            (String::new(), json!({"cdi.k8s.io/mig": name})),
+        ] {
+            let env: Vec<&str> = [env.as_str()]
+                .into_iter()
+                .filter(|e| !e.is_empty())
+                .collect();
+            let out = run_through_shim(&h, &rootfs, &env, annotations, &script);
+            assert!(out.success(), "{name}: {out:?}");
+            let mut got: Vec<String> = nodes_inside(&out.stdout)
+                .into_iter()
+                .filter(|n| {
+                    n.starts_with("/dev/nvidia-caps/")
+                        || (n.contains(" 195:") && !n.contains(" 195:25"))
+                })
+                .collect();
+            got.sort();
+            assert_eq!(got, want, "{name}: {out:?}");
+            assert!(out.stdout.contains("libcuda=ok"), "{name}: {out:?}");
+        }
+    }
 }
 
 #[test]

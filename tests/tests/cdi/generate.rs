@@ -265,19 +265,25 @@ fn mig_devices_carry_their_capability_nodes() {
     let spec = generate(&d, NameStrategy::Uuid);
     let json = as_json(&spec);
     let gpu0 = &d.gpus[0];
-    // MIG devices are named by index under every strategy.
+    // MIG devices are named as GPUs are: here by the UUIDs NVML gave them.
+    let uuids: Vec<String> = gpu0.mig.iter().map(|m| m.uuid.clone().unwrap()).collect();
     assert_eq!(
         names(&spec),
         [
             d.gpus[0].uuid.clone(),
             d.gpus[1].uuid.clone(),
-            "0:0".into(),
-            "0:1".into(),
+            uuids[0].clone(),
+            uuids[1].clone(),
             "all".into()
         ]
     );
-    for mig in &gpu0.mig {
-        let dev = device(&json, &format!("0:{}", mig.index));
+    let by_index = as_json(&generate(&d, NameStrategy::Index));
+    for (mig, uuid) in gpu0.mig.iter().zip(&uuids) {
+        let dev = device(&json, uuid);
+        assert_eq!(
+            dev["containerEdits"],
+            device(&by_index, &format!("0:{}", mig.index))["containerEdits"]
+        );
         let mut want = vec![format!("/dev/nvidia{} 195:{}", gpu0.minor, gpu0.minor)];
         want.extend(
             mig.caps
