@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use libnvc::discover::{self, Driver, DriverRoots};
+use libnvc::discover::{self, Driver, DriverRoots, MigUuids};
 use libnvc::edits::{self, ContainerLayout};
 use libnvc::request::{Request, RequestPolicy};
 use nvc_config::Config;
@@ -82,7 +82,7 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
                     "computeCapability": d.and_then(|d| d.compute_capability.clone()),
                     "brand": d.and_then(|d| d.brand.clone()),
                     "memoryTotal": d.and_then(|d| d.memory_total),
-                    "mig": g.mig.iter().map(|m| json!({"index": m.index, "gi": m.gi, "ci": m.ci})).collect::<Vec<_>>(),
+                    "mig": g.mig.iter().map(|m| json!({"index": m.index, "gi": m.gi, "ci": m.ci, "uuid": m.uuid})).collect::<Vec<_>>(),
                 })
             })
             .collect();
@@ -92,6 +92,7 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
             "wsl": driver.wsl,
             "cudaVersion": cuda.as_ref().ok(),
             "gpus": gpus,
+            "migUuidsUnknown": mig_uuids_unknown(&driver),
             "leases": leases.as_ref().map(|l| crate::leases::to_json(l)).ok(),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
@@ -149,11 +150,17 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
         for m in &g.mig {
             rows.push(vec![
                 format!("  {}:{}", g.index, m.index),
+                m.uuid.clone().unwrap_or_else(|| "-".into()),
+                String::new(),
+                String::new(),
                 format!("MIG gi {} ci {}", m.gi, m.ci),
             ]);
         }
     }
     print_table(&rows);
+    if let Some(why) = mig_uuids_unknown(&driver) {
+        println!("(the MIG devices' UUIDs are unknown: {why})");
+    }
     if driver.wsl.is_some() {
         println!("(WSL2 lists no GPU: a container gets all of them through /dev/dxg; nvidia-smi shows them)");
     } else if driver.gpus.is_empty() {
@@ -177,10 +184,19 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
     Ok(())
 }
 
+/// Why NVML did not say the MIG devices' UUIDs, when it was asked and could not.
+fn mig_uuids_unknown(driver: &Driver) -> Option<String> {
+    match &driver.mig_uuids {
+        MigUuids::Unknown(why) => Some(libnvc::report::error_chain(&**why)),
+        MigUuids::NotAsked | MigUuids::Known => None,
+    }
+}
+
 /// Options of `nvc list`.
 #[derive(Args)]
 pub struct ListArgs {
-    /// Devices, as NVIDIA_VISIBLE_DEVICES takes them (all, none, indices, UUIDs, bus ids).
+    /// Devices, as NVIDIA_VISIBLE_DEVICES takes them (all, none, indices, UUIDs, bus ids,
+    /// MIG devices as <gpu>:<mig> or MIG-<uuid>).
     #[arg(long, short = 'd', default_value = "all")]
     devices: String,
     /// Capabilities, as NVIDIA_DRIVER_CAPABILITIES takes them (default: the configured default).
@@ -228,7 +244,9 @@ pub fn list(args: &ListArgs) -> Result<(), CliError> {
     } else {
         ContainerLayout::for_driver(&driver)
     };
-    let edits = edits::compute(&driver, &request, &layout)?;
+    // Selected once, for the edits and the rows naming the MIG devices selected.
+    let selected = edits::select(&driver, &request.devices, libnvc::request::VISIBLE_DEVICES)?;
+    let edits = edits::build(&driver, &request, &selected, &layout)?;
     if args.json {
         println!(
             "{}",
@@ -237,6 +255,18 @@ pub fn list(args: &ListArgs) -> Result<(), CliError> {
         return Ok(());
     }
     let mut rows = vec![vec!["KIND".to_string(), "HOST".into(), "CONTAINER".into()]];
+    for (gpu, mig) in &selected.mig {
+        rows.push(vec![
+            "mig".into(),
+            mig.uuid
+                .clone()
+                .unwrap_or_else(|| "(no UUID from NVML)".into()),
+            format!(
+                "{}:{} (GPU {}, GPU instance {}, compute instance {})",
+                gpu.index, mig.index, gpu.index, mig.gi, mig.ci
+            ),
+        ]);
+    }
     for n in &edits.device_nodes {
         let host = if n.on_host {
             n.host_path.display().to_string()

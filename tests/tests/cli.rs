@@ -118,6 +118,92 @@ fn list_shows_what_a_request_gets() {
 }
 
 #[test]
+#[ignore = "needs root: fake driver trees have device nodes"]
+fn info_and_list_show_the_mig_devices_uuids() {
+    require_root("fake driver trees have device nodes");
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeDriverSpec {
+        mig: true,
+        ..FakeDriverSpec::default()
+    }
+    .build(dir.path())
+    .unwrap();
+    let migs = fake.spec.mig_devices();
+    let caps = fake.spec.mig_caps();
+    assert_eq!(migs.len(), 2);
+
+    // The dynamic nvc asks the driver's NVML (the fake one reads the tree's file).
+    let (ok, out, err) = run(&fake.config, &["info"]);
+    assert!(ok, "{err}");
+    for (i, m) in migs.iter().enumerate() {
+        let row = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("0:{i} ")))
+            .unwrap_or_else(|| panic!("no row 0:{i} in\n{out}"));
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(
+            cols,
+            [
+                format!("0:{i}"),
+                m.uuid.clone(),
+                "MIG".into(),
+                "gi".into(),
+                m.gi.to_string(),
+                "ci".into(),
+                m.ci.to_string()
+            ],
+            "{out}"
+        );
+    }
+    assert!(!out.contains("UUIDs are unknown"), "{out}");
+    let (ok, out, _) = run(&fake.config, &["info", "--json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for (i, m) in migs.iter().enumerate() {
+        let j = &v["gpus"][0]["mig"][i];
+        assert_eq!(
+            (j["uuid"].as_str(), j["gi"].as_u64(), j["ci"].as_u64()),
+            (Some(m.uuid.as_str()), Some(m.gi.into()), Some(m.ci.into())),
+            "{out}"
+        );
+    }
+    assert!(v["migUuidsUnknown"].is_null(), "{out}");
+
+    // `nvc list` by UUID: the MIG device's row, and its capability nodes only.
+    let (ok, out, err) = run(&fake.config, &["list", "--devices", &migs[1].uuid]);
+    assert!(ok, "{err}");
+    let row = out.lines().find(|l| l.starts_with("mig ")).unwrap_or("");
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        [
+            "mig",
+            migs[1].uuid.as_str(),
+            "0:1",
+            "(GPU",
+            "0,",
+            "GPU",
+            "instance",
+            "2,",
+            "compute",
+            "instance",
+            "0)"
+        ],
+        "{out}"
+    );
+    for c in &caps {
+        let node = format!("/dev/nvidia-caps/nvidia-cap{} 241:{}", c.minor, c.minor);
+        assert_eq!(out.contains(&node), c.gi == 2, "{node} in\n{out}");
+    }
+    let unknown = "MIG-00000000-0000-4000-8000-000000000000";
+    let (ok, _, err) = run(&fake.config, &["list", "--devices", unknown]);
+    assert!(!ok);
+    assert!(
+        err.contains(unknown) && migs.iter().all(|m| err.contains(&m.uuid)),
+        "{err}"
+    );
+}
+
+#[test]
 fn no_driver_says_so_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.toml");
