@@ -15,6 +15,7 @@
 //! | refuse a mount namespace not the container's own (GPU containers) | yes | yes | yes | yes |
 //! | discover the driver | devices | all | all | all |
 //! | … of the devices: MIG, IMEX | those the request uses | those the request uses | all | those the request uses |
+//! | … the MIG devices' UUIDs, of NVML | for a `MIG-<uuid>` | for a `MIG-<uuid>` | all | for a `MIG-<uuid>` |
 //! | … the nodes the spec has | from the host | from the spec | from the host | from the host |
 //! | select the GPUs, edits | default layout | default layout | the image's layout | default layout |
 //! | the prestart hook entry, and that it exists | yes | | yes | |
