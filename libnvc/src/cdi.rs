@@ -1,8 +1,10 @@
 //! Container Device Interface (CDI) specs for the host's GPUs.
 //!
-//! [`generate`] turns a discovered [`Driver`] into one CDI spec of kind `nvidia.com/gpu`:
-//! one device per GPU (named by index, UUID or both, see [`NameStrategy`]), one per MIG
-//! device (`<gpu>:<mig>`, its UUID `MIG-…`, or both, alike), and `all`. Each device carries its own device nodes; what every
+//! [`generate`] turns a discovered [`Driver`] into one CDI spec of a [`Kind`],
+//! `nvidia.com/gpu` by default (`k8s.device-plugin.nvidia.com/gpu` for NVIDIA's
+//! Kubernetes device plugin's CDI strategies): one device per GPU (named by index, UUID or
+//! both, see [`NameStrategy`]), one per MIG device (`<gpu>:<mig>`, its UUID `MIG-…`, or
+//! both, alike), and `all`, every GPU. Each device carries its own device nodes; what every
 //! GPU container needs whichever GPUs it gets (the control nodes, the driver's files as
 //! bind mounts, and the hooks that make its soname links and update its ld.so.cache)
 //! sits in the spec-level `containerEdits`, which CDI applies once for any device of the
@@ -19,10 +21,12 @@
 //! The spec's `cdiVersion` is the lowest its content needs ([`Spec::minimum_version`]):
 //! 0.5.0 where a device name starts with a digit (`nvidia.com/gpu=0`) or a node carries
 //! `hostPath` (a dev root that is not `/`), else 0.3.0 (0.4.0 would be for typed mounts,
-//! which nvc does not write). Podman 4.3, Debian 12's, reads up to 0.5.0.
+//! which nvc does not write), and 0.6.0 for a class with a dot (`vendor.com/mig-1g.10gb`).
+//! Podman 4.3, Debian 12's, reads up to 0.5.0.
 //! Output is deterministic: the same host gives the same bytes.
 
 pub mod hooks;
+mod kind;
 mod spec;
 
 use std::fmt;
@@ -34,20 +38,26 @@ use crate::discover::{self, Driver};
 use crate::edits::{self, ContainerLayout, EditsError};
 use crate::request::{ChannelSelection, DeviceSelection, Request};
 
+pub use kind::{check_class, check_vendor, Flaw, Kind, KindError, Part};
 pub use spec::{
     split_qualified, CdiDeviceNode, CdiEdits, CdiHookEntry, CdiMount, Device, Format, Spec,
 };
 
-/// The newest CDI specification version nvc writes; a spec gets the lowest version its
-/// content needs ([`Spec::minimum_version`]), so older engines read it too.
-pub const CDI_VERSION: &str = "0.5.0";
-/// The vendor part of the kind.
+/// The newest CDI specification version nvc writes (for a class with a dot); a spec gets
+/// the lowest version its content needs ([`Spec::minimum_version`]), so older engines
+/// read it too.
+pub const CDI_VERSION: &str = "0.6.0";
+/// The vendor part of the default kind.
 pub const VENDOR: &str = "nvidia.com";
-/// The class part of the kind.
+/// The class part of the default kind.
 pub const CLASS: &str = "gpu";
-/// The kind of the spec: `<vendor>/<class>`. A fully qualified device name is
-/// `nvidia.com/gpu=<name>`.
+/// The default kind of the spec, NVIDIA's: `<vendor>/<class>`. A fully qualified device
+/// name is `nvidia.com/gpu=<name>`; the runtime shim reads names of this kind from a
+/// container's `NVIDIA_VISIBLE_DEVICES` and `cdi.k8s.io/` annotations.
 pub const KIND: &str = "nvidia.com/gpu";
+/// The vendor under which NVIDIA's Kubernetes device plugin names GPUs in its CDI
+/// strategies (`k8s.device-plugin.nvidia.com/gpu=<uuid or index>`), fixed in its code.
+pub const DEVICE_PLUGIN_VENDOR: &str = "k8s.device-plugin.nvidia.com";
 /// The name of the device that holds every GPU.
 pub const ALL_DEVICE: &str = "all";
 /// The hooks' whole environment: a fixed PATH, nothing from the container or the caller.
@@ -121,6 +131,8 @@ impl FromStr for NameStrategy {
 pub struct GenerateOptions {
     /// The `nvc-hook` binary on the host, absolute: the engine runs it by this path.
     pub hook_path: PathBuf,
+    /// The spec's kind: its devices are `<kind>=<name>`.
+    pub kind: Kind,
     /// How GPUs are named.
     pub strategy: NameStrategy,
     /// Where libraries go in the container.
@@ -132,10 +144,12 @@ pub struct GenerateOptions {
 }
 
 impl GenerateOptions {
-    /// Index names and Debian's library folders, with the hook at `hook_path`.
+    /// Kind `nvidia.com/gpu`, index and UUID names and Debian's library folders, with the
+    /// hook at `hook_path`.
     pub fn new(hook_path: impl Into<PathBuf>) -> Self {
         GenerateOptions {
             hook_path: hook_path.into(),
+            kind: Kind::default(),
             strategy: NameStrategy::default(),
             layout: ContainerLayout::debian(),
             config: None,
@@ -360,7 +374,7 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
 
     let mut spec = Spec {
         cdi_version: String::new(),
-        kind: KIND.to_string(),
+        kind: options.kind.to_string(),
         devices,
         container_edits: CdiEdits {
             env: vec![VISIBLE_DEVICES_VOID.to_string()],
@@ -603,6 +617,63 @@ mod tests {
     }
 
     #[test]
+    fn the_kind_names_every_device_and_changes_nothing_else() {
+        let d = driver();
+        let nvidia = generate(&d, &GenerateOptions::new("/usr/bin/nvc-hook")).unwrap();
+        assert_eq!(nvidia.kind, "nvidia.com/gpu");
+        // NVIDIA's device plugin's kind, by UUID as the plugin names GPUs by default.
+        let options = GenerateOptions {
+            kind: Kind::new(DEVICE_PLUGIN_VENDOR, CLASS).unwrap(),
+            strategy: NameStrategy::Uuid,
+            ..GenerateOptions::new("/usr/bin/nvc-hook")
+        };
+        let plugin = generate(&d, &options).unwrap();
+        assert_eq!(plugin.kind, "k8s.device-plugin.nvidia.com/gpu");
+        assert_eq!(
+            plugin.qualified_names(),
+            [
+                "k8s.device-plugin.nvidia.com/gpu=GPU-00000000-0000-0000-0000-000000000000",
+                "k8s.device-plugin.nvidia.com/gpu=GPU-00000000-0000-0000-0000-000000000001",
+                "k8s.device-plugin.nvidia.com/gpu=1:0",
+                "k8s.device-plugin.nvidia.com/gpu=all"
+            ]
+        );
+        // The same devices and edits as under nvidia.com/gpu, name for name.
+        for device in &plugin.devices {
+            let same = nvidia
+                .devices
+                .iter()
+                .find(|n| n.name == device.name)
+                .unwrap();
+            assert_eq!(
+                same.container_edits, device.container_edits,
+                "{}",
+                device.name
+            );
+        }
+        assert_eq!(plugin.container_edits, nvidia.container_edits);
+        // `all` under every kind and strategy, once, last.
+        for strategy in [NameStrategy::Index, NameStrategy::Uuid, NameStrategy::Both] {
+            let spec = generate(
+                &d,
+                &GenerateOptions {
+                    kind: Kind::new("example.com", "accel").unwrap(),
+                    strategy,
+                    ..GenerateOptions::new("/usr/bin/nvc-hook")
+                },
+            )
+            .unwrap();
+            let names = spec.qualified_names();
+            assert_eq!(names.last().unwrap(), "example.com/accel=all", "{strategy}");
+            assert_eq!(
+                names.iter().filter(|n| n.ends_with("=all")).count(),
+                1,
+                "{strategy}"
+            );
+        }
+    }
+
+    #[test]
     fn the_spec_has_the_lowest_version_its_content_needs() {
         let node = |path: &str, host: Option<&str>| CdiDeviceNode {
             path: path.into(),
@@ -656,5 +727,12 @@ mod tests {
             .iter()
             .flat_map(|d| &d.container_edits.device_nodes)
             .all(|n| n.host_path.is_none()));
+        // The device plugin's kind needs nothing more; a class with a dot needs 0.6.0,
+        // whatever the names (a dot in the vendor is no dot in the class).
+        options.kind = Kind::new(DEVICE_PLUGIN_VENDOR, CLASS).unwrap();
+        assert_eq!(generate(&local, &options).unwrap().cdi_version, "0.3.0");
+        options.kind = Kind::new("example.com", "mig-1g.10gb").unwrap();
+        assert_eq!(generate(&local, &options).unwrap().cdi_version, CDI_VERSION);
+        assert_eq!(CDI_VERSION, "0.6.0");
     }
 }

@@ -31,9 +31,9 @@ impl Format {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {
-    /// The CDI version, [`CDI_VERSION`].
+    /// The CDI version: the lowest its content needs ([`Spec::minimum_version`]).
     pub cdi_version: String,
-    /// `nvidia.com/gpu`.
+    /// `<vendor>/<class>`: `nvidia.com/gpu` ([`super::Kind`]).
     pub kind: String,
     /// The devices.
     #[serde(default)]
@@ -137,10 +137,15 @@ pub struct CdiMount {
 }
 
 impl Spec {
-    /// The lowest CDI version whose schema holds this spec: 0.5.0 for a device name that
-    /// does not start with a letter or a node with `hostPath`, 0.4.0 for a mount with a
-    /// type (nvc writes none), else 0.3.0, the earliest engines read.
+    /// The lowest CDI version whose schema holds this spec: 0.6.0 for a class with a dot,
+    /// 0.5.0 for a device name that does not start with a letter or a node with
+    /// `hostPath`, 0.4.0 for a mount with a type (nvc writes none), else 0.3.0, the
+    /// earliest engines read.
     pub fn minimum_version(&self) -> &'static str {
+        let class = self.kind.split_once('/').map_or("", |(_, class)| class);
+        if class.contains('.') {
+            return CDI_VERSION;
+        }
         let edits = self
             .devices
             .iter()
@@ -154,13 +159,13 @@ impl Spec {
                 .flat_map(|e| &e.device_nodes)
                 .any(|n| n.host_path.is_some());
         if needs_050 {
-            CDI_VERSION
+            "0.5.0"
         } else {
             "0.3.0"
         }
     }
 
-    /// The fully qualified names of the devices, in the spec's order:
+    /// The fully qualified names of the devices, `<kind>=<name>`, in the spec's order:
     /// `nvidia.com/gpu=0`, …, `nvidia.com/gpu=all`.
     pub fn qualified_names(&self) -> Vec<String> {
         self.devices
