@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand, ValueEnum};
-use libnvc::cdi::{self, Format, GenerateOptions, NameStrategy, Spec};
+use libnvc::cdi::{self, Format, GenerateOptions, Kind, NameStrategy, Spec};
 use libnvc::discover::{self, DriverRoots};
 use libnvc::edits::ContainerLayout;
 use nvc_config::Config;
@@ -46,7 +46,7 @@ pub enum FormatArg {
 pub enum StrategyArg {
     /// By index: nvidia.com/gpu=0.
     Index,
-    /// By UUID: nvidia.com/gpu=GPU-….
+    /// By UUID: nvidia.com/gpu=GPU-… (NVIDIA's device plugin's default).
     Uuid,
     /// Both names for every GPU (Kubernetes' device plugin names GPUs by UUID, engines'
     /// users by index).
@@ -64,6 +64,46 @@ impl From<StrategyArg> for NameStrategy {
     }
 }
 
+/// How a spec's devices are named: `VENDOR/CLASS=NAME`.
+#[derive(Args, Clone)]
+pub struct NamingArgs {
+    /// The vendor of the spec's kind, VENDOR/CLASS (NVIDIA's Kubernetes device plugin
+    /// names GPUs under k8s.device-plugin.nvidia.com/gpu).
+    #[arg(long, value_name = "VENDOR", default_value = cdi::VENDOR, value_parser = vendor_arg)]
+    pub vendor: String,
+    /// The class of the spec's kind.
+    #[arg(long, value_name = "CLASS", default_value = cdi::CLASS, value_parser = class_arg)]
+    pub class: String,
+    /// How GPU devices are named.
+    #[arg(long, value_enum, default_value_t)]
+    pub device_name_strategy: StrategyArg,
+}
+
+impl NamingArgs {
+    /// The names of the default spec: `nvidia.com/gpu`, by index and UUID.
+    pub fn nvidia() -> NamingArgs {
+        NamingArgs {
+            vendor: cdi::VENDOR.to_string(),
+            class: cdi::CLASS.to_string(),
+            device_name_strategy: StrategyArg::Both,
+        }
+    }
+
+    fn kind(&self) -> Result<Kind, cdi::KindError> {
+        Kind::new(&self.vendor, &self.class)
+    }
+}
+
+fn vendor_arg(s: &str) -> Result<String, String> {
+    cdi::check_vendor(s).map_err(|e| e.reason())?;
+    Ok(s.to_string())
+}
+
+fn class_arg(s: &str) -> Result<String, String> {
+    cdi::check_class(s).map_err(|e| e.reason())?;
+    Ok(s.to_string())
+}
+
 /// `nvc cdi generate`.
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -74,20 +114,23 @@ pub struct GenerateArgs {
     /// stdout.
     #[arg(long, value_enum)]
     pub format: Option<FormatArg>,
-    /// How GPU devices are named.
-    #[arg(long, value_enum, default_value_t)]
-    pub device_name_strategy: StrategyArg,
+    #[command(flatten)]
+    pub naming: NamingArgs,
 }
 
 /// `nvc cdi list`.
 #[derive(Args)]
 pub struct ListArgs {
     /// Read the device names from this spec file instead of this host's driver.
-    #[arg(long, value_name = "FILE")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["vendor", "class", "device_name_strategy"]
+    )]
     pub spec: Option<PathBuf>,
-    /// How GPU devices are named (without --spec).
-    #[arg(long, value_enum, default_value_t)]
-    pub device_name_strategy: StrategyArg,
+    /// The names the generated spec would have (without --spec).
+    #[command(flatten)]
+    pub naming: NamingArgs,
 }
 
 impl std::fmt::Display for StrategyArg {
@@ -108,6 +151,9 @@ pub enum CdiError {
     /// The spec could not be made or read.
     #[error(transparent)]
     Spec(#[from] cdi::CdiError),
+    /// The kind is not one CDI takes.
+    #[error(transparent)]
+    Kind(#[from] cdi::KindError),
     /// The spec file read is not a spec.
     #[error("cannot read the CDI spec {path}")]
     BadSpecFile {
@@ -150,28 +196,30 @@ pub fn run(command: &CdiCommand) -> Result<(), CdiError> {
 }
 
 /// The spec for this host, per the configuration.
-fn host_spec(strategy: StrategyArg) -> Result<Spec, CdiError> {
+fn host_spec(naming: &NamingArgs) -> Result<Spec, CdiError> {
     let (config, path) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc");
     // Another file than the default is named to the spec's hooks.
     let named = (path != Path::new(nvc_config::DEFAULT_PATH))
         .then(|| std::path::absolute(&path).unwrap_or(path));
-    spec_for(&config, named, strategy)
+    spec_for(&config, named, naming)
 }
 
-/// The spec for this host, per `config`; its hooks are told `named`, the config's file,
-/// when given.
+/// The spec for this host, per `config`, its devices named as `naming` says; its hooks
+/// are told `named`, the config's file, when given.
 pub(crate) fn spec_for(
     config: &Config,
     named: Option<PathBuf>,
-    strategy: StrategyArg,
+    naming: &NamingArgs,
 ) -> Result<Spec, CdiError> {
+    let kind = naming.kind()?;
     let driver = discover::discover(
         &DriverRoots::from_config(&config.driver),
         &nvc_host::probe::RealHost,
     )?;
     let options = GenerateOptions {
-        strategy: strategy.into(),
+        kind,
+        strategy: naming.device_name_strategy.into(),
         // The driver's architecture's folders: /usr/lib/aarch64-linux-gnu on arm64 hosts.
         layout: ContainerLayout::for_driver(&driver),
         config: named,
@@ -189,7 +237,7 @@ fn generate(args: &GenerateArgs) -> Result<(), CdiError> {
             Format::from_path(path).ok_or_else(|| CdiError::UnknownFormat(path.clone()))?
         }
     };
-    let text = host_spec(args.device_name_strategy)?.to_string_as(format)?;
+    let text = host_spec(&args.naming)?.to_string_as(format)?;
     match &args.output {
         None => std::io::stdout()
             .write_all(text.as_bytes())
@@ -213,7 +261,7 @@ fn list(args: &ListArgs) -> Result<(), CdiError> {
                 source,
             })?
         }
-        None => host_spec(args.device_name_strategy)?,
+        None => host_spec(&args.naming)?,
     };
     let mut out = String::new();
     for name in spec.qualified_names() {

@@ -22,6 +22,7 @@ use nvc_config::Config;
 use nvc_host::files::{self, WriteOptions};
 use nvc_host::node::{self as effects, NodeError};
 
+use crate::cdi::NamingArgs;
 use crate::configure::{self, ConfigureArgs, Engine};
 
 /// `println!` that ignores a closed stdout.
@@ -553,7 +554,7 @@ fn install(args: &NodeArgs) -> Result<(), NodeCliError> {
         bin.join("nvc-runtime"),
     ))
     .map_err(Box::new)?;
-    let spec = crate::cdi::spec_for(&config, None, crate::cdi::StrategyArg::Both)
+    let spec = crate::cdi::spec_for(&config, None, &NamingArgs::nvidia())
         .map_err(Box::new)?
         .to_string_as(libnvc::cdi::Format::Yaml)
         .map_err(Box::new)?;

@@ -345,3 +345,122 @@ fn mig_devices_are_named_gpu_colon_mig_and_by_uuid_with_their_capability_nodes()
         }
     }
 }
+
+#[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
+fn vendor_and_class_make_the_kind_of_every_name() {
+    let h = Host::new();
+    let uuids: Vec<String> = h
+        .gpus_in_bus_order()
+        .iter()
+        .map(|g| g.uuid.clone())
+        .collect();
+    // NVIDIA's device plugin's kind, by UUID as the plugin names GPUs: the devices and
+    // edits of nvidia.com/gpu's spec under another kind.
+    let plugin = [
+        "--vendor",
+        "k8s.device-plugin.nvidia.com",
+        "--class",
+        "gpu",
+        "--device-name-strategy",
+        "uuid",
+    ];
+    let text = h.ok(&[&["cdi", "generate", "--format", "json"][..], &plugin].concat());
+    let mut spec: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(spec["kind"], "k8s.device-plugin.nvidia.com/gpu");
+    let mut want: Vec<String> = uuids.clone();
+    want.push("all".into());
+    assert_eq!(names(&spec), want);
+    let nvidia: Value = serde_json::from_str(&h.ok(&[
+        "cdi",
+        "generate",
+        "--format",
+        "json",
+        "--device-name-strategy",
+        "uuid",
+    ]))
+    .unwrap();
+    spec["kind"] = json!("nvidia.com/gpu");
+    assert_eq!(spec, nvidia);
+
+    // `list` prints the names the same options give, and those of the file written.
+    let qualified: Vec<String> = want
+        .iter()
+        .map(|n| format!("k8s.device-plugin.nvidia.com/gpu={n}"))
+        .collect();
+    let listed = h.ok(&[&["cdi", "list"][..], &plugin].concat());
+    assert_eq!(listed.lines().collect::<Vec<_>>(), qualified);
+    let file = h.dir.path().join("k8s.device-plugin.nvidia.com-gpu.json");
+    let output = ["--output", file.to_str().unwrap()];
+    h.ok(&[&["cdi", "generate"][..], &plugin, &output].concat());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    let listed = h.ok(&["cdi", "list", "--spec", file.to_str().unwrap()]);
+    assert_eq!(listed.lines().collect::<Vec<_>>(), qualified);
+    // --spec names its own devices: the naming options go without it.
+    let out = h.nvc(&[
+        "cdi",
+        "list",
+        "--spec",
+        file.to_str().unwrap(),
+        "--vendor",
+        "example.com",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        "{out:?}"
+    );
+
+    // Any kind CDI takes; a class with a dot needs CDI 0.6.0.
+    let spec: Value = serde_json::from_str(&h.ok(&[
+        "cdi",
+        "generate",
+        "--format",
+        "json",
+        "--vendor",
+        "example.com",
+        "--class",
+        "accel.v2",
+    ]))
+    .unwrap();
+    assert_eq!(spec["kind"], "example.com/accel.v2");
+    assert_eq!(spec["cdiVersion"], "0.6.0");
+    assert_eq!(names(&spec).last().map(String::as_str), Some("all"));
+
+    // One CDI does not take is refused before anything is read or written, naming the
+    // rule.
+    let bad = h.dir.path().join("bad.json");
+    for (flag, value, why) in [
+        (
+            "--vendor",
+            "NVIDIA.com",
+            "'N' is not allowed (a CDI vendor is a DNS subdomain",
+        ),
+        ("--vendor", "3com.com", "it does not start with a letter"),
+        ("--vendor", "nvidia..com", "its label \"\" is no DNS label"),
+        (
+            "--class",
+            "gpu/0",
+            "'/' is not allowed (a CDI class is at most 63",
+        ),
+        ("--class", "gpu-", "it does not end with a letter or digit"),
+        ("--class", "", "it is empty"),
+    ] {
+        for sub in ["generate", "list"] {
+            let mut args = vec!["cdi", sub, flag, value];
+            if sub == "generate" {
+                args.extend(["--output", bad.to_str().unwrap()]);
+            }
+            let out = h.nvc(&args);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("invalid value '{value}' for '{flag} ")),
+                "{args:?}: {err}"
+            );
+            assert!(err.contains(why), "{args:?}: {err}");
+            assert!(out.stdout.is_empty(), "{args:?}");
+        }
+    }
+    assert!(!bad.exists());
+}
