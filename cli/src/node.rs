@@ -4,13 +4,14 @@
 //! `nvc node install` enters the node's root (mounted at `--host-root`), copies the
 //! binaries beside it into `--install-dir` with nvc's config (`etc/config.toml`, which
 //! they read there: [`nvc_config::Config::beside_executable`]), registers the runtime
-//! with the engine (`nvc runtime configure`), writes the CDI spec, and asks the engine to
-//! reload. What the engine's config folder and the spec's folder held before is kept in
-//! the install folder's record (`libnvc::node`), so that `nvc node uninstall` puts every
-//! file back byte for byte and removes what the install made. `nvc node run` does the
-//! one, reports ready, waits for SIGTERM and does the other, each half in a child
-//! process of its own (the child enters the node's root; the parent stays in the
-//! container, where the ready file is).
+//! with the engine (`nvc runtime configure`), writes the CDI spec (and the device plugin's,
+//! with `--device-plugin-cdi-spec`), and asks the engine to reload. What the engine's
+//! config folder and the specs' folders held before is kept in the install folder's
+//! record (`libnvc::node`), so that `nvc node uninstall` puts every file back byte for
+//! byte and removes what the install made. `nvc node run` does the one, reports ready,
+//! waits for SIGTERM and does the other, each half in a child process of its own (the
+//! child enters the node's root; the parent stays in the container, where the ready file
+//! is).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -120,6 +121,12 @@ pub struct NodeArgs {
     /// Where the CDI spec goes (a folder the engine reads specs from).
     #[arg(long, value_name = "PATH", default_value = "/var/run/cdi/nvidia.yaml")]
     cdi_spec: PathBuf,
+    /// Also write a CDI spec of NVIDIA's device plugin's kind,
+    /// k8s.device-plugin.nvidia.com/gpu, for its CDI strategies (cdi-annotations,
+    /// cdi-cri): e.g. /var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json, the file the
+    /// plugin writes itself unless kept from the node's /var/run/cdi (docs/kubernetes.md).
+    #[arg(long, value_name = "PATH")]
+    device_plugin_cdi_spec: Option<PathBuf>,
     /// The driver's files (`/run/nvidia/driver` with the GPU operator's driver container).
     #[arg(long, value_name = "DIR", default_value = "/")]
     driver_root: PathBuf,
@@ -363,6 +370,7 @@ fn to_args(args: &NodeArgs) -> Vec<String> {
     path("proc-root", &args.proc_root);
     path("ready-file", &args.ready_file);
     for (flag, p) in [
+        ("device-plugin-cdi-spec", &args.device_plugin_cdi_spec),
         ("engine-config", &args.engine_config),
         ("nvc-config", &args.nvc_config),
         ("socket", &args.socket),
@@ -395,6 +403,10 @@ fn check_paths(args: &NodeArgs) -> Result<(), NodeCliError> {
         ("driver-root", Some(&args.driver_root)),
         ("dev-root", Some(&args.dev_root)),
         ("proc-root", Some(&args.proc_root)),
+        (
+            "device-plugin-cdi-spec",
+            args.device_plugin_cdi_spec.as_ref(),
+        ),
         ("engine-config", args.engine_config.as_ref()),
         ("socket", args.socket.as_ref()),
     ] {
@@ -409,7 +421,7 @@ fn check_paths(args: &NodeArgs) -> Result<(), NodeCliError> {
 }
 
 /// The folders whose every file the record keeps: the engine's config folder and the
-/// CDI spec's (or, when that is missing, the outermost of its folders that is: the
+/// CDI specs' (or, when one is missing, the outermost of its folders that is: the
 /// install makes them all, and uninstalling removes them).
 fn watched(args: &NodeArgs) -> Vec<PathBuf> {
     let config = engine_config(args);
@@ -417,12 +429,14 @@ fn watched(args: &NodeArgs) -> Vec<PathBuf> {
         .parent()
         .unwrap_or_else(|| Path::new("/"))
         .to_path_buf()];
-    if let Some(mut dir) = args.cdi_spec.parent() {
-        while let Some(parent) = dir.parent().filter(|p| !p.exists()) {
-            dir = parent;
-        }
-        if !dirs.iter().any(|d| dir.starts_with(d)) {
-            dirs.push(dir.to_path_buf());
+    for spec in std::iter::once(&args.cdi_spec).chain(&args.device_plugin_cdi_spec) {
+        if let Some(mut dir) = spec.parent() {
+            while let Some(parent) = dir.parent().filter(|p| !p.exists()) {
+                dir = parent;
+            }
+            if !dirs.iter().any(|d| dir.starts_with(d)) {
+                dirs.push(dir.to_path_buf());
+            }
         }
     }
     dirs
@@ -554,13 +568,14 @@ fn install(args: &NodeArgs) -> Result<(), NodeCliError> {
         bin.join("nvc-runtime"),
     ))
     .map_err(Box::new)?;
-    let spec = crate::cdi::spec_for(&config, None, &NamingArgs::nvidia())
-        .map_err(Box::new)?
-        .to_string_as(libnvc::cdi::Format::Yaml)
-        .map_err(Box::new)?;
-    if std::fs::read_to_string(&args.cdi_spec).ok().as_deref() != Some(spec.as_str()) {
-        crate::cdi::write_spec(&args.cdi_spec, &spec).map_err(Box::new)?;
-        say!("wrote the CDI spec {}", args.cdi_spec.display());
+    write_node_spec(&config, &args.cdi_spec, &NamingArgs::nvidia())?;
+    if let Some(path) = &args.device_plugin_cdi_spec {
+        // The plugin names GPUs by UUID or by index (its DEVICE_ID_STRATEGY): both.
+        let naming = NamingArgs {
+            vendor: libnvc::cdi::DEVICE_PLUGIN_VENDOR.to_string(),
+            ..NamingArgs::nvidia()
+        };
+        write_node_spec(&config, path, &naming)?;
     }
 
     let after = effects::snapshot(&record.watched)?;
@@ -578,6 +593,21 @@ fn install(args: &NodeArgs) -> Result<(), NodeCliError> {
         args.install_dir.display(),
         args.engine.name()
     );
+    Ok(())
+}
+
+/// Writes the spec named as `naming` says to `path` (JSON for a `.json` file, else YAML),
+/// unless it holds it already.
+fn write_node_spec(config: &Config, path: &Path, naming: &NamingArgs) -> Result<(), NodeCliError> {
+    let format = libnvc::cdi::Format::from_path(path).unwrap_or(libnvc::cdi::Format::Yaml);
+    let spec = crate::cdi::spec_for(config, None, naming)
+        .map_err(Box::new)?
+        .to_string_as(format)
+        .map_err(Box::new)?;
+    if std::fs::read_to_string(path).ok().as_deref() != Some(spec.as_str()) {
+        crate::cdi::write_spec(path, &spec).map_err(Box::new)?;
+        say!("wrote the CDI spec {}", path.display());
+    }
     Ok(())
 }
 

@@ -175,6 +175,58 @@ fn crio_install_then_uninstall_leaves_the_node_byte_for_byte() {
 
 #[test]
 #[ignore = "needs root: nvc node chroots; the fake driver has device nodes"]
+fn the_device_plugin_s_spec_is_written_beside_nvc_s_and_taken_away() {
+    let node = Node::new("containerd");
+    let before = node.files();
+    let plugin = "/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json";
+    let flag = format!("--device-plugin-cdi-spec={plugin}");
+    let said = ok(&node.nvc("install", "containerd", &["--reload=none", &flag]));
+    assert!(
+        said.contains(&format!("wrote the CDI spec {plugin}")),
+        "{said}"
+    );
+    let root = node.root();
+    // JSON, as its name says; the kind the plugin names GPUs under, by UUID and by
+    // index (its DEVICE_ID_STRATEGY), with the edits of nvc's own spec.
+    let text = std::fs::read_to_string(root.join(plugin.trim_start_matches('/'))).unwrap();
+    let spec: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(spec["kind"], "k8s.device-plugin.nvidia.com/gpu");
+    let names: Vec<&str> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"0") && names.contains(&"all"), "{names:?}");
+    assert!(names.iter().any(|n| n.starts_with("GPU-")), "{names:?}");
+    let nvidia = std::fs::read_to_string(root.join("var/run/cdi/nvidia.yaml")).unwrap();
+    assert!(nvidia.contains("kind: nvidia.com/gpu\n"), "{nvidia}");
+    let nvidia: serde_json::Value = serde_norway::from_str(&nvidia).unwrap();
+    assert_eq!(spec["containerEdits"], nvidia["containerEdits"]);
+
+    // Again: nothing changes.
+    let after = node.files();
+    let said = ok(&node.nvc("install", "containerd", &["--reload=none", &flag]));
+    assert!(!said.contains("wrote the CDI spec"), "{said}");
+    assert_eq!(node.files(), after);
+
+    // A relative path is refused.
+    let out = node.nvc(
+        "install",
+        "containerd",
+        &["--reload=none", "--device-plugin-cdi-spec=k8s.json"],
+    );
+    refused(
+        &out,
+        "--device-plugin-cdi-spec k8s.json: give an absolute path",
+    );
+
+    ok(&node.nvc("uninstall", "containerd", &["--reload=none", &flag]));
+    assert_eq!(node.files(), before);
+}
+
+#[test]
+#[ignore = "needs root: nvc node chroots; the fake driver has device nodes"]
 fn what_the_node_cannot_take_is_refused_with_nothing_written() {
     // No driver where it is said to be.
     let node = Node::new("containerd");
