@@ -3,7 +3,10 @@
 //! configure --runtime containerd`, every pod on the RuntimeClass handler `nv` it
 //! registers, and each of the ways NVIDIA's Kubernetes device plugin hands a container
 //! its GPUs (`DEVICE_LIST_STRATEGY`): `envvar`, `volume-mounts`, `cdi-annotations` and
-//! `cdi-cri`, with the device plugin's default `DEVICE_ID_STRATEGY`, `uuid`.
+//! `cdi-cri`, with the device plugin's default `DEVICE_ID_STRATEGY`, `uuid`; the CDI
+//! strategies with names of nvc's kind, `nvidia.com/gpu`, and of the plugin's own,
+//! `k8s.device-plugin.nvidia.com/gpu`, from the spec `nvc cdi generate --vendor` writes
+//! for it.
 //!
 //! Pods use the node's network (no CNI plugin needed) and the test image as their
 //! sandbox (pause) image, imported into the `k8s.io` namespace: nothing is pulled.
@@ -24,7 +27,8 @@ use nvc_tests::{
 };
 
 use super::{
-    assert_gpus, assert_gpus_with, assert_refused, assert_untouched, World, CTR_IMAGE, PROBE,
+    assert_gpus, assert_gpus_with, assert_refused, assert_untouched, World, CTR_IMAGE,
+    DEVICE_PLUGIN_VENDOR, PROBE,
 };
 
 /// The RuntimeClass handler `nvc runtime configure` registers.
@@ -88,12 +92,14 @@ struct Node<'w> {
 impl<'w> Node<'w> {
     /// containerd from `root` with a config of `config_version` (2 or 3) registered with
     /// nvc as a node's would be, nvc's config with `requests` appended, the CDI spec of
-    /// `nvc cdi generate` in `cdi_spec_dirs`, and the test image imported.
+    /// `nvc cdi generate` in `cdi_spec_dirs` (kinds `nvidia.com/gpu` and the device
+    /// plugin's), and the test image imported.
     fn start(w: &'w World, root: &EngineRoot, config_version: u8, requests: &str) -> Node<'w> {
         let mut config = std::fs::read_to_string(&w.config).unwrap();
         config.push_str(requests);
         std::fs::write(&w.config, config).unwrap();
         let cdi = w.cdi_spec_dir();
+        w.device_plugin_cdi_spec(&cdi);
         let dir = w.path("containerd-cri");
         std::fs::create_dir_all(&dir).unwrap();
         let config = dir.join("config.toml");
@@ -299,8 +305,8 @@ fn probe_value<'o>(out: &'o Outcome, key: &str) -> Option<&'o str> {
 }
 
 /// The four device list strategies of NVIDIA's device plugin, each with the GPU ids the
-/// plugin hands out (UUIDs), a pod asking for no GPU, and a bad request whose error
-/// reaches the CRI caller.
+/// plugin hands out (UUIDs), the CDI ones under nvc's kind and the plugin's, a pod asking
+/// for no GPU, and a bad request whose error reaches the CRI caller.
 fn device_list_strategies(node: &Node<'_>, gpus: &[FakeGpu]) {
     // envvar: the ids in NVIDIA_VISIBLE_DEVICES.
     let two = [gpus[0].clone(), gpus[2].clone()];
@@ -354,6 +360,41 @@ fn device_list_strategies(node: &Node<'_>, gpus: &[FakeGpu]) {
             "",
         ),
         &gpus[0..1],
+        &["/dev/nvidia-modeset 195:254"],
+        &node.context(&format!("cdi-cri CDIDevice {name}")),
+    );
+
+    // The device plugin's own CDI names, `k8s.device-plugin.nvidia.com/gpu=<uuid>`, as
+    // its CDI strategies give them, resolved from nvc's spec for that kind: two GPUs in
+    // one annotation (the plugin joins a container's names with commas), one CDI device.
+    let names = format!(
+        "{DEVICE_PLUGIN_VENDOR}/gpu={},{DEVICE_PLUGIN_VENDOR}/gpu={}",
+        gpus[1].uuid, gpus[2].uuid
+    );
+    assert_gpus_with(
+        &node.run(
+            "plugin-cdi-annotations",
+            Ask {
+                annotations: vec![(CDI_ANNOTATION.into(), names.clone())],
+                ..Ask::default()
+            },
+            "",
+        ),
+        &gpus[1..3],
+        &["/dev/nvidia-modeset 195:254"],
+        &node.context(&format!("cdi-annotations {CDI_ANNOTATION}={names}")),
+    );
+    let name = format!("{DEVICE_PLUGIN_VENDOR}/gpu={}", gpus[2].uuid);
+    assert_gpus_with(
+        &node.run(
+            "plugin-cdi-cri",
+            Ask {
+                cdi_devices: vec![name.clone()],
+                ..Ask::default()
+            },
+            "",
+        ),
+        &gpus[2..3],
         &["/dev/nvidia-modeset 195:254"],
         &node.context(&format!("cdi-cri CDIDevice {name}")),
     );

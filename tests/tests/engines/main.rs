@@ -63,6 +63,9 @@ const PROBE: &str =
     head -c1 /tmp/c$m >/dev/null 2>/tmp/err; echo open 195:$m $(sed 's/.*: //' /tmp/err); done; \
     sleep 0.3; true";
 
+/// The vendor of the kind NVIDIA's device plugin names GPUs under in its CDI strategies.
+const DEVICE_PLUGIN_VENDOR: &str = libnvc::cdi::DEVICE_PLUGIN_VENDOR;
+
 const IMAGE: &str = "localhost/nvc-test:latest";
 const CTR_IMAGE: &str = "docker.io/library/nvc-test:latest";
 
@@ -154,6 +157,21 @@ impl World {
             .unwrap();
         assert!(out.status.success(), "nvc cdi generate: {out:?}");
         cdi
+    }
+
+    /// Adds to `dir` the spec for NVIDIA's device plugin's CDI strategies: kind
+    /// `k8s.device-plugin.nvidia.com/gpu`, GPUs by UUID as the plugin names them, in the
+    /// file the plugin would write its own (`<vendor>-<class>.json`), as docs/kubernetes.md
+    /// has the admin write it.
+    fn device_plugin_cdi_spec(&self, dir: &Path) {
+        let out = Command::new(workspace_bin("nvc"))
+            .args(["cdi", "generate", "--vendor", DEVICE_PLUGIN_VENDOR])
+            .args(["--device-name-strategy", "uuid", "--output"])
+            .arg(dir.join(format!("{DEVICE_PLUGIN_VENDOR}-gpu.json")))
+            .env("NVC_CONFIG", &self.config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nvc cdi generate --vendor: {out:?}");
     }
 
     fn gpus(&self) -> Vec<FakeGpu> {
