@@ -87,8 +87,11 @@ const SIGNAL_CAPABILITIES: &[&str] = &["KILL"];
 /// The shortest grace period that leaves time for the revert and the engine's restart.
 const MIN_GRACE_SECONDS: i64 = 60;
 
-/// The device list strategies nvc serves with the config the installer writes (the
-/// others need keys it does not set, or NVIDIA's CDI hook: docs/kubernetes.md).
+/// The device list strategies nvc serves with the files as shipped: `volume-mounts` needs
+/// keys the ConfigMap does not set; the CDI strategies need the installer's
+/// `--device-plugin-cdi-spec`, which the manifests do not pass, and a plugin that does not
+/// write its own spec into the node's `/var/run/cdi`, which NVIDIA's chart mounts for it
+/// whatever its values say (docs/kubernetes.md, "The CDI strategies").
 const SERVED_DEVICE_LIST_STRATEGIES: &[&str] = &["envvar"];
 
 /// The top-level values of NVIDIA's nvidia-device-plugin chart: a misspelt one would be
