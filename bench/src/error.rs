@@ -112,6 +112,13 @@ pub enum BenchError {
     /// The floor program's plan could not be made.
     #[error("cannot plan the floor program's run: {0}")]
     FloorPlan(String),
+    /// A configuration that asks for GPUs gave its container none: its timings would not
+    /// be a GPU start's.
+    #[error("a container created through {what} has no /dev/nvidiactl: it did not get the GPUs it asked for")]
+    NoGpu {
+        /// The configuration.
+        what: String,
+    },
     /// `--update-doc` found no section to replace.
     #[error(
         "{path} has no `<!-- bench:{section}:start -->` ... `<!-- bench:{section}:end -->` markers"

@@ -16,6 +16,7 @@ mod runner;
 mod state_bench;
 mod stats;
 mod suite;
+mod toolkit;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -146,6 +147,11 @@ fn programs(options: &Options) -> Result<Programs, BenchError> {
     };
     Ok(Programs {
         baseline,
+        toolkit: options
+            .nvidia_toolkit
+            .as_deref()
+            .map(toolkit::Toolkit::find)
+            .transpose()?,
         shim: sibling("nvc-runtime")?,
         hook: sibling("nvc-hook")?,
         floor: sibling("nvc-floor")?,

@@ -63,6 +63,10 @@ the hook alone; prints Markdown tables.
   --debug-log          nvc's log at debug level (info by default), so that every hook
                        run logs its phases in <work>/nvc.log with its bundle: to find
                        where time goes, not for the tables (logging costs time)
+  --nvidia-toolkit DIR also time NVIDIA's Container Toolkit from DIR (bin/ with
+                       nvidia-container-runtime, its hook, nvidia-ctk, nvidia-cdi-hook
+                       and nvidia-container-cli; lib/ with libnvidia-container): its
+                       legacy and jit-cdi modes in the start and parallel tables
   -h, --help           this text
 ";
 
@@ -107,6 +111,8 @@ pub struct Options {
     pub baseline: Option<PathBuf>,
     /// nvc's log at debug level.
     pub debug_log: bool,
+    /// NVIDIA's Container Toolkit to time beside nvc (`--nvidia-toolkit`).
+    pub nvidia_toolkit: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -131,6 +137,7 @@ impl Default for Options {
             quick: false,
             baseline: None,
             debug_log: false,
+            nvidia_toolkit: None,
         }
     }
 }
@@ -200,6 +207,7 @@ where
             "--work" => o.work = Some(PathBuf::from(value()?)),
             "--run-dir" => o.run_dir = Some(PathBuf::from(value()?)),
             "--baseline" => o.baseline = Some(PathBuf::from(value()?)),
+            "--nvidia-toolkit" => o.nvidia_toolkit = Some(PathBuf::from(value()?)),
             "--state" => {
                 o.state = value()?
                     .split(',')
@@ -296,6 +304,8 @@ mod tests {
             run(&["--baseline", "/old"]).baseline,
             Some(PathBuf::from("/old"))
         );
+        let c = run(&["--nvidia-toolkit=/nct/upstream"]);
+        assert_eq!(c.nvidia_toolkit, Some(PathBuf::from("/nct/upstream")));
         let q = run(&["--quick"]);
         assert_eq!((q.runs, q.libs), (QUICK_RUNS, QUICK_LIBS));
         assert_eq!((q.parallel, q.batches), (QUICK_PARALLEL, QUICK_BATCHES));
@@ -326,6 +336,7 @@ mod tests {
             &["--section", "a b"],
             &["--in-flight", "0"],
             &["--batches", "0"],
+            &["--nvidia-toolkit"],
             &["--bogus"],
         ] {
             assert!(parse(bad.iter().copied()).is_err(), "{bad:?}");

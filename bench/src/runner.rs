@@ -40,6 +40,8 @@ pub struct Programs {
     pub noop: PathBuf,
     /// Another build's shim and hook to time against (`--baseline`).
     pub baseline: Option<Build>,
+    /// NVIDIA's Container Toolkit to time beside nvc (`--nvidia-toolkit`).
+    pub toolkit: Option<crate::toolkit::Toolkit>,
 }
 
 /// A build of nvc's two programs.
@@ -77,6 +79,26 @@ pub enum Runtime {
         /// Its configuration.
         config: PathBuf,
     },
+    /// NVIDIA's `nvidia-container-runtime` with its configuration `config`
+    /// ([`crate::toolkit`]), which names the mode and the runc it execs.
+    Toolkit {
+        /// `nvidia-container-runtime`.
+        runtime: PathBuf,
+        /// Its configuration (`NVIDIA_CTK_CONFIG_FILE_PATH`).
+        config: PathBuf,
+    },
+}
+
+/// How each container of a parallel batch is run ([`Bench::parallel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// `<runtime> run`: one command from create to delete.
+    Run,
+    /// `<runtime> create`, `<runtime> start`, the container's exit, `<runtime> delete`:
+    /// the steps an engine drives (containerd's shim, Podman's conmon). The only way
+    /// NVIDIA's runtime gives a container its GPUs: it edits the spec on `create` alone,
+    /// and passes `run` to runc untouched.
+    Engine,
 }
 
 /// A container image: a rootfs copied for every run.
@@ -634,13 +656,15 @@ impl Bench {
     }
 
     /// Starts `count` `/bin/true` containers of `rootfs` asking for `env` (with
-    /// `annotations`) through `runtime` (`run`, as in [`Case::Container`]), `in_flight`
-    /// at a time, and returns
+    /// `annotations`) through `runtime`, each in the way `lifecycle` says (`run`, as in
+    /// [`Case::Container`], or an engine's four steps), `in_flight` at a time, and returns
     /// the wall-clock time from the first start to the last exit. The bundles and the
     /// image copies are made before and removed after, outside the timed region.
+    #[allow(clippy::too_many_arguments)]
     pub fn parallel(
         &self,
         runtime: &Runtime,
+        lifecycle: Lifecycle,
         rootfs: &Image,
         env: &[String],
         annotations: &[(&str, &str)],
@@ -651,13 +675,16 @@ impl Bench {
         for _ in 0..count {
             let (dir, container_rootfs) =
                 self.fresh_container("parallel", rootfs, env, annotations)?;
-            runs.push((dir, container_rootfs, self.container_id()));
-        }
-        let (program, config) = self.runtime_program(runtime);
-        let command = |dir: &Path, id: &str| -> Result<Command, BenchError> {
             let stderr_path = dir.join("stderr");
             let stderr =
                 File::create(&stderr_path).map_err(BenchError::io("create", &stderr_path))?;
+            runs.push((dir, container_rootfs, self.container_id(), stderr));
+        }
+        let (program, config) = self.runtime_program(runtime);
+        let command = |dir: &Path, id: &str, stderr: &File| -> Result<Command, BenchError> {
+            let stderr = stderr
+                .try_clone()
+                .map_err(BenchError::io("duplicate the stderr of", dir))?;
             let mut command = Command::new(program);
             command
                 .arg("--root")
@@ -672,11 +699,39 @@ impl Bench {
             command.envs(config.iter().copied());
             Ok(command)
         };
-        // The commands are made before the clock starts; each worker takes the next.
-        let commands = runs
-            .iter()
-            .map(|(dir, _, id)| command(dir, id).map(Mutex::new))
-            .collect::<Result<Vec<_>, _>>()?;
+        // `run`'s commands are made before the clock starts; each worker takes the next.
+        let commands = match lifecycle {
+            Lifecycle::Run => runs
+                .iter()
+                .map(|(dir, _, id, stderr)| command(dir, id, stderr).map(Mutex::new))
+                .collect::<Result<Vec<_>, _>>()?,
+            Lifecycle::Engine => Vec::new(),
+        };
+        let state = self.state.as_path();
+        let one = |i: usize| -> Result<(), BenchError> {
+            let (dir, _, id, stderr) = &runs[i];
+            if lifecycle == Lifecycle::Engine {
+                return engine_steps(state, program, &config, dir, id, stderr);
+            }
+            let Some(Ok(mut command)) = commands.get(i).map(Mutex::lock) else {
+                return Ok(());
+            };
+            let line = measure::describe(&command);
+            match command.status() {
+                Ok(status) if status.success() => Ok(()),
+                Ok(status) => Err(BenchError::Failed {
+                    command: line,
+                    status: status.to_string(),
+                    details: stderr_details(
+                        &std::fs::read_to_string(dir.join("stderr")).unwrap_or_default(),
+                    ),
+                }),
+                Err(source) => Err(BenchError::Spawn {
+                    program: line,
+                    source,
+                }),
+            }
+        };
         let next = AtomicUsize::new(0);
         let failed: Mutex<Option<BenchError>> = Mutex::new(None);
         let started = Instant::now();
@@ -684,33 +739,20 @@ impl Bench {
             for _ in 0..in_flight.min(count) {
                 scope.spawn(|| loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(slot) = commands.get(i) else { break };
-                    let Ok(mut command) = slot.lock() else { break };
-                    let line = measure::describe(&command);
-                    let outcome = match command.status() {
-                        Ok(status) if status.success() => continue,
-                        Ok(status) => BenchError::Failed {
-                            command: line,
-                            status: status.to_string(),
-                            details: stderr_details(
-                                &std::fs::read_to_string(runs[i].0.join("stderr"))
-                                    .unwrap_or_default(),
-                            ),
-                        },
-                        Err(source) => BenchError::Spawn {
-                            program: line,
-                            source,
-                        },
-                    };
-                    if let Ok(mut first) = failed.lock() {
-                        first.get_or_insert(outcome);
+                    if i >= count {
+                        break;
+                    }
+                    if let Err(outcome) = one(i) {
+                        if let Ok(mut first) = failed.lock() {
+                            first.get_or_insert(outcome);
+                        }
                     }
                 });
             }
         });
         let elapsed = started.elapsed();
         let failed = failed.into_inner().ok().flatten();
-        for (dir, container_rootfs, id) in &runs {
+        for (dir, container_rootfs, id, _) in &runs {
             if failed.is_some() {
                 // `run` deletes its container when it ends; a failed one may be left.
                 let _ = Command::new(&self.programs.runc)
@@ -729,6 +771,75 @@ impl Bench {
             Some(error) => Err(error),
             None => Ok(elapsed),
         }
+    }
+
+    /// Whether a container of `rootfs` asking for `env`, created through `runtime`, has
+    /// `/dev/nvidiactl`, looked for through its init's root in /proc between `create` and
+    /// `start` (prestart hooks have run, the container's command has not); untimed, the
+    /// container deleted afterwards. A timed GPU row must be a GPU start.
+    pub fn sees_gpu(
+        &self,
+        runtime: &Runtime,
+        rootfs: &Image,
+        env: &[String],
+    ) -> Result<bool, BenchError> {
+        let (dir, container_rootfs) = self.fresh_container("check", rootfs, env, &[])?;
+        let id = self.container_id();
+        let (program, config) = self.runtime_program(runtime);
+        let pid_file = dir.join("init.pid");
+        let mut create = Command::new(program);
+        create
+            .arg("--root")
+            .arg(&self.state)
+            .args(["create", "--bundle"])
+            .arg(&dir)
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg(&id)
+            .env_remove(nvc_config::CONFIG_ENV)
+            .envs(config.iter().copied());
+        // Not `output()`: the container's init keeps runc's stdio open until it ends.
+        let stderr_path = dir.join("stderr");
+        let stderr = File::create(&stderr_path).map_err(BenchError::io("create", &stderr_path))?;
+        create
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        let line = measure::describe(&create);
+        let created = match create.status() {
+            Ok(status) if status.success() => Ok(()),
+            Ok(status) => Err(BenchError::Failed {
+                command: line,
+                status: status.to_string(),
+                details: stderr_details(&std::fs::read_to_string(&stderr_path).unwrap_or_default()),
+            }),
+            Err(source) => Err(BenchError::Spawn {
+                program: line,
+                source,
+            }),
+        };
+        let seen = created.and_then(|()| {
+            let pid =
+                std::fs::read_to_string(&pid_file).map_err(BenchError::io("read", &pid_file))?;
+            Ok(Path::new("/proc")
+                .join(pid.trim())
+                .join("root/dev/nvidiactl")
+                .exists())
+        });
+        let mut delete = Command::new(program);
+        delete
+            .arg("--root")
+            .arg(&self.state)
+            .args(["delete", "--force", &id])
+            .env_remove(nvc_config::CONFIG_ENV)
+            .envs(config.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let _ = delete.status();
+        remove(&dir)?;
+        remove(&container_rootfs)?;
+        seen
     }
 
     /// A new empty bundle directory `<runtime dir>/<tag>-<n>`, and where its rootfs goes:
@@ -781,6 +892,9 @@ impl Bench {
                 ],
             ),
             Runtime::Shim { shim, config } => (shim, vec![(NVC, config)]),
+            Runtime::Toolkit { runtime, config } => {
+                (runtime, vec![(crate::toolkit::CONFIG_ENV, config)])
+            }
         }
     }
 
@@ -788,6 +902,107 @@ impl Bench {
         let n = self.next.get() + 1;
         self.next.set(n);
         format!("nvc-bench-{}-{n}", std::process::id())
+    }
+}
+
+/// One container of bundle `dir` through `program` as an engine drives a runtime:
+/// `create` (which runs the prestart hooks), `start`, waiting for the container's
+/// init to exit (a pidfd of the pid `create` wrote), `delete` (the poststop hooks).
+fn engine_steps(
+    state: &Path,
+    program: &Path,
+    config: &[(&'static str, &Path)],
+    dir: &Path,
+    id: &str,
+    stderr: &File,
+) -> Result<(), BenchError> {
+    let step = |args: &[&std::ffi::OsStr]| -> Result<(), BenchError> {
+        let stderr = stderr
+            .try_clone()
+            .map_err(BenchError::io("duplicate the stderr of", dir))?;
+        let mut command = Command::new(program);
+        command
+            .arg("--root")
+            .arg(state)
+            .args(args)
+            .env_remove(nvc_config::CONFIG_ENV)
+            .envs(config.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr);
+        let line = measure::describe(&command);
+        match command.status() {
+            Ok(status) if status.success() => Ok(()),
+            Ok(status) => Err(BenchError::Failed {
+                command: line,
+                status: status.to_string(),
+                details: stderr_details(
+                    &std::fs::read_to_string(dir.join("stderr")).unwrap_or_default(),
+                ),
+            }),
+            Err(source) => Err(BenchError::Spawn {
+                program: line,
+                source,
+            }),
+        }
+    };
+    let pid_file = dir.join("init.pid");
+    step(&[
+        "create".as_ref(),
+        "--bundle".as_ref(),
+        dir.as_os_str(),
+        "--pid-file".as_ref(),
+        pid_file.as_os_str(),
+        id.as_ref(),
+    ])?;
+    // The init waits on runc's exec fifo until `start`: it cannot have exited yet.
+    let init = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|text| text.trim().parse::<i32>().ok())
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| BenchError::Failed {
+            command: format!(
+                "{} create --pid-file {}",
+                program.display(),
+                pid_file.display()
+            ),
+            status: "no pid written".into(),
+            details: String::new(),
+        })?;
+    let pidfd = rustix::process::pidfd_open(init, rustix::process::PidfdFlags::empty())
+        .map_err(|e| BenchError::io("open a pidfd for the init of", dir)(e.into()))?;
+    step(&["start".as_ref(), id.as_ref()])?;
+    wait_for_exit(&pidfd, measure::TIME_LIMIT).map_err(|e| match e {
+        None => BenchError::TimedOut {
+            command: format!("the container {id}"),
+            seconds: measure::TIME_LIMIT.as_secs(),
+        },
+        Some(source) => BenchError::io("wait for the init of", dir)(source),
+    })?;
+    step(&["delete".as_ref(), id.as_ref()])
+}
+
+/// Waits until the process of `pidfd` has exited (the descriptor turns readable), at
+/// most `limit`; `Err(None)` when it ran past it.
+fn wait_for_exit(
+    pidfd: &std::os::fd::OwnedFd,
+    limit: Duration,
+) -> Result<(), Option<std::io::Error>> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = Timespec {
+            tv_sec: left.as_secs() as _,
+            tv_nsec: left.subsec_nanos() as _,
+        };
+        let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) => return Err(None),
+            Ok(_) => return Ok(()),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(Some(e.into())),
+        }
     }
 }
 

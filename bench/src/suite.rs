@@ -19,6 +19,7 @@ use crate::options::Options;
 use crate::report::{Report, Table};
 use crate::runner::{Bench, Case, Configs, Image, Programs, Runtime};
 use crate::stats::Samples;
+use crate::toolkit::{self, Mode};
 
 use targets::targets;
 
@@ -57,7 +58,28 @@ struct Suite<'a> {
     floor_plan: PathBuf,
     /// The same with the floor program's undo (`"undo": true`).
     floor_undo_plan: PathBuf,
+    /// NVIDIA's Container Toolkit, when `--nvidia-toolkit` names it.
+    toolkit: Option<ToolkitRuns>,
+    /// The driver the main tables use.
+    driver: Driver,
     warmup: usize,
+}
+
+/// NVIDIA's Container Toolkit as the tables run it.
+struct ToolkitRuns {
+    /// `nvidia-container-runtime`.
+    runtime: PathBuf,
+    /// Its version and libnvidia-container's, for the environment table.
+    version: String,
+    /// Its release (`1.20.0`), for the other tables' text.
+    release: String,
+    /// Its configuration for each mode, for the main driver.
+    configs: Vec<(Mode, PathBuf)>,
+    /// The modes whose GPU rows are timed: those whose containers got their GPUs in a
+    /// check beforehand; none on a fake tree ([`toolkit::NO_FAKE_GPU`]).
+    gpu_modes: Vec<Mode>,
+    /// Why GPU rows are absent, where some are.
+    absent: Option<String>,
 }
 
 /// The medians the targets are judged on, gathered from the tables.
@@ -127,7 +149,31 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
     let floor_plan =
         crate::floor_plan::write(&bench, "main", &configs.noop, &template, UTILITY_COMPUTE)?;
     let floor_undo_plan = crate::floor_plan::with_undo(&floor_plan)?;
-    let suite = Suite {
+    let toolkit = match &bench.programs.toolkit {
+        None => None,
+        Some(tk) => {
+            let ldconfig = toolkit::host_ldconfig();
+            let setting = toolkit::Setting {
+                driver_root: &driver.roots.root,
+                runc: &bench.programs.runc,
+                ldconfig: &ldconfig,
+            };
+            let configs = Mode::ALL
+                .into_iter()
+                .map(|mode| Ok((mode, tk.write_config(work, mode, &setting)?)))
+                .collect::<Result<Vec<_>, BenchError>>()?;
+            Some(ToolkitRuns {
+                runtime: tk.runtime.clone(),
+                version: tk.version(),
+                release: tk.release(),
+                configs,
+                gpu_modes: Vec::new(),
+                absent: None,
+            })
+        }
+    };
+    let mut suite = Suite {
+        toolkit,
         floor_plan,
         floor_undo_plan,
         options,
@@ -135,8 +181,11 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
         work,
         image: Image::copied(&template),
         configs,
+        driver,
         warmup: if options.quick { 1 } else { 2 },
     };
+
+    suite.check_toolkit()?;
 
     let mut found = Findings::default();
     let mut report = Report::default();
@@ -152,12 +201,27 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
     if let Some(table) = suite.large_image(&found)? {
         report.tables.push(table);
     }
-    if let Some(table) = suite.baseline(&driver)? {
+    if let Some(table) = suite.baseline(&suite.driver)? {
         report.tables.push(table);
     }
     report.tables.push(targets(&found));
 
-    let mut env = environment(&host, &driver, options, suite.warmup);
+    let mut env = environment(&host, &suite.driver, options, suite.warmup);
+    if let Some(tk) = &suite.toolkit {
+        env.row([
+            "NVIDIA Container Toolkit".to_string(),
+            format!(
+                "{}, in {} (`--nvidia-toolkit`)",
+                tk.version,
+                suite
+                    .bench
+                    .programs
+                    .toolkit
+                    .as_ref()
+                    .map_or_else(String::new, |t| t.dir.display().to_string())
+            ),
+        ]);
+    }
     if options.parallel > 0 {
         env.row([
             "parallel starts".to_string(),
@@ -242,6 +306,141 @@ impl Suite<'_> {
     /// Through the shim, to runc, for the main driver.
     fn nvc(&self) -> Runtime {
         Runtime::Nvc(self.configs.runc.clone())
+    }
+
+    /// Through NVIDIA's runtime in `mode`, to runc, for the main driver.
+    fn toolkit_runtime(&self, tk: &ToolkitRuns, mode: Mode) -> Runtime {
+        Runtime::Toolkit {
+            runtime: tk.runtime.clone(),
+            config: tk
+                .configs
+                .iter()
+                .find(|(m, _)| *m == mode)
+                .map(|(_, c)| c.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Decides which of the Toolkit's modes get GPU rows: on the real driver, each whose
+    /// container gets the GPUs in an untimed check; a mode that fails it is left out with
+    /// the reason, so that a Toolkit that does not work on a host costs its rows, not the
+    /// run. The check itself is checked first: plain runc's container has no GPU, nvc's
+    /// has (a failure there is an error).
+    fn check_toolkit(&mut self) -> Result<(), BenchError> {
+        let Some(tk) = &self.toolkit else {
+            return Ok(());
+        };
+        if !self.options.real {
+            let absent = format!("on a fake driver tree, {}", toolkit::NO_FAKE_GPU);
+            if let Some(tk) = &mut self.toolkit {
+                tk.absent = Some(absent);
+            }
+            return Ok(());
+        }
+        if self
+            .bench
+            .sees_gpu(&Runtime::Runc, &self.image, &strings(NO_GPU))?
+        {
+            return Err(BenchError::Failed {
+                command: "a container through plain runc".into(),
+                status: "it has /dev/nvidiactl".into(),
+                details: ": the image must have none, or the GPU check tells nothing".into(),
+            });
+        }
+        self.check_gpu(&self.nvc(), "nvc-runtime")?;
+        let mut modes = Vec::new();
+        let mut failures = Vec::new();
+        for mode in Mode::ALL {
+            let what = format!("the Toolkit's {} mode", mode.name());
+            match self.check_gpu(&self.toolkit_runtime(tk, mode), &what) {
+                Ok(()) => modes.push(mode),
+                Err(e) => {
+                    eprintln!(
+                        "nvc-bench: {}; its GPU rows are left out",
+                        crate::error::chain(&e)
+                    );
+                    failures.push(format!("{}: {}", mode.name(), crate::error::chain(&e)));
+                }
+            }
+        }
+        if let Some(tk) = &mut self.toolkit {
+            tk.gpu_modes = modes;
+            if !failures.is_empty() {
+                tk.absent = Some(format!(
+                    "a mode whose container did not get its GPUs in a check beforehand is left \
+                     out ({})",
+                    failures.join("; ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The Toolkit's rows of the start table, with their names: each mode without a GPU
+    /// request, and with all GPUs (utility,compute) for the modes that passed their
+    /// check; none without the Toolkit.
+    fn toolkit_rows(&self) -> Vec<(Runtime, &'static [&'static str], String)> {
+        let Some(tk) = &self.toolkit else {
+            return Vec::new();
+        };
+        let mut rows = Vec::new();
+        for mode in Mode::ALL {
+            let runtime = self.toolkit_runtime(tk, mode);
+            rows.push((
+                runtime.clone(),
+                NO_GPU,
+                format!("Toolkit {}, no GPU asked for", mode.name()),
+            ));
+            if tk.gpu_modes.contains(&mode) {
+                rows.push((
+                    runtime,
+                    UTILITY_COMPUTE,
+                    format!("Toolkit {}, all GPUs, utility,compute", mode.name()),
+                ));
+            }
+        }
+        rows
+    }
+
+    /// An error unless a container through `runtime` asking for all GPUs gets them.
+    fn check_gpu(&self, runtime: &Runtime, what: &str) -> Result<(), BenchError> {
+        match self
+            .bench
+            .sees_gpu(runtime, &self.image, &strings(UTILITY_COMPUTE))?
+        {
+            true => Ok(()),
+            false => Err(BenchError::NoGpu {
+                what: what.to_string(),
+            }),
+        }
+    }
+
+    /// One line on the Toolkit's rows of a table, for those that ask for a GPU: what was
+    /// timed, and why what was not.
+    fn toolkit_note(&self) -> String {
+        let Some(tk) = &self.toolkit else {
+            return "NVIDIA's Container Toolkit: not timed (no `--nvidia-toolkit DIR`).".into();
+        };
+        let absent = tk.absent.as_deref().unwrap_or_default();
+        if tk.gpu_modes.is_empty() {
+            return format!(
+                "NVIDIA's Container Toolkit {}: no GPU rows: {absent}.",
+                tk.release
+            );
+        }
+        let mut note = format!(
+            "NVIDIA's Container Toolkit {} (`--nvidia-toolkit`): `nvidia-container-runtime` \
+             in its legacy mode (it adds `nvidia-container-runtime-hook` as a prestart hook, \
+             which runs `nvidia-container-cli configure`) and its jit-cdi mode (it writes a \
+             CDI spec for the request, through NVML, into the container's spec, with \
+             `nvidia-cdi-hook` hooks), execing the same runc, its defaults otherwise (no log \
+             file).",
+            tk.release
+        );
+        if !absent.is_empty() {
+            note.push_str(&format!(" But {absent}."));
+        }
+        note
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::error::BenchError;
 use crate::large_image;
 use crate::report::Table;
-use crate::runner::{Case, Configs, Image, Runtime};
+use crate::runner::{Case, Configs, Image, Lifecycle, Runtime};
 use crate::stats::{mib, ms, signed_ms, Samples, Summary};
 
 use super::{
@@ -19,17 +19,30 @@ use super::{
 impl Suite<'_> {
     /// 1. Containers to their start (`create` + `start`) through runc and through nvc.
     pub(super) fn started(&self, found: &mut Findings) -> Result<Table, BenchError> {
-        found.started = self.alternate(
-            "container starts (create + start)",
-            &[
-                self.started_case(Runtime::Runc, NO_GPU),
-                self.started_case(self.nvc(), NO_GPU),
-                self.started_case(self.nvc(), UTILITY_COMPUTE),
-                self.started_case(self.nvc(), ALL_CAPS),
-                self.started_case(Runtime::Floor(self.floor_plan.clone()), NO_GPU),
-                self.started_case(Runtime::Floor(self.floor_plan.clone()), UTILITY_COMPUTE),
-            ],
-        )?;
+        let mut cases = vec![
+            self.started_case(Runtime::Runc, NO_GPU),
+            self.started_case(self.nvc(), NO_GPU),
+            self.started_case(self.nvc(), UTILITY_COMPUTE),
+            self.started_case(self.nvc(), ALL_CAPS),
+            self.started_case(Runtime::Floor(self.floor_plan.clone()), NO_GPU),
+            self.started_case(Runtime::Floor(self.floor_plan.clone()), UTILITY_COMPUTE),
+        ];
+        let mut names: Vec<String> = [
+            "runc (no nvc)",
+            "nvc-runtime, no GPU asked for",
+            "nvc-runtime, all GPUs, utility,compute",
+            "nvc-runtime, all GPUs, all capabilities",
+            "nvc-floor (the floor of a start), no GPU asked for",
+            "nvc-floor (the floor of a GPU start), all GPUs, utility,compute",
+        ]
+        .map(String::from)
+        .to_vec();
+        // The Toolkit's rows after nvc's, so that the targets' indices stay.
+        for (runtime, env, name) in self.toolkit_rows() {
+            cases.push(self.started_case(runtime, env));
+            names.push(name);
+        }
+        found.started = self.alternate("container starts (create + start)", &cases)?;
         let mut table = Table::new(
             "Container start",
             "`<runtime> --root S create --bundle B ID`, then `<runtime> --root S start ID`, \
@@ -45,18 +58,10 @@ impl Suite<'_> {
              config, plan, leases, record, `/proc/driver/nvidia` mask or checks).",
             &CONTAINER_COLUMNS,
         );
-        added_rows(
-            &mut table,
-            &found.started,
-            &[
-                "runc (no nvc)",
-                "nvc-runtime, no GPU asked for",
-                "nvc-runtime, all GPUs, utility,compute",
-                "nvc-runtime, all GPUs, all capabilities",
-                "nvc-floor (the floor of a start), no GPU asked for",
-                "nvc-floor (the floor of a GPU start), all GPUs, utility,compute",
-            ],
-        );
+        table.intro.push(' ');
+        table.intro.push_str(&self.toolkit_note());
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        added_rows(&mut table, &found.started, &names);
         Ok(table)
     }
 
@@ -89,6 +94,13 @@ impl Suite<'_> {
              a start that leaves no trace in the rootfs.",
             &CONTAINER_COLUMNS,
         );
+        if self.toolkit.is_some() {
+            table.intro.push_str(
+                " NVIDIA's Container Toolkit is not in this table: its runtime edits the \
+                 spec on `create` alone and passes `run` to runc as it is (see the tables \
+                 of starts and of parallel starts).",
+            );
+        }
         added_rows(
             &mut table,
             &found.starts,
@@ -318,7 +330,8 @@ impl Suite<'_> {
     }
 
     /// Batches of GPU containers started in parallel through nvc and through plain
-    /// runc; `None` when not asked for (`--parallel 0`).
+    /// runc, and, with the Toolkit, through it, nvc and runc as an engine drives a runtime;
+    /// `None` when not asked for (`--parallel 0`).
     pub(super) fn parallel_starts(
         &self,
         found: &mut Findings,
@@ -335,18 +348,63 @@ impl Suite<'_> {
             hard_links: true,
         };
         let env = strings(UTILITY_COMPUTE);
-        // runc; nvc; nvc for a Kubernetes container (containerd's CRI annotation: no
-        // poststop hook, no record); the floor; the floor with its undo.
+        // `run`: runc; nvc; nvc for a Kubernetes container (containerd's CRI annotation:
+        // no poststop hook, no record); the floor; the floor with its undo.
         let cri = [(libnvc::oci::spec::CONTAINERD_CRI_TYPE, "container")];
-        let runtimes: [(Runtime, &[(&str, &str)]); 5] = [
-            (Runtime::Runc, &[]),
-            (self.nvc(), &[]),
-            (self.nvc(), &cri),
-            (Runtime::Floor(self.floor_plan.clone()), &[]),
-            (Runtime::Floor(self.floor_undo_plan.clone()), &[]),
+        let mut runtimes: Vec<ParallelRow> = vec![
+            row(Runtime::Runc, &[], Lifecycle::Run, "runc (no nvc)".into()),
+            row(
+                self.nvc(),
+                &[],
+                Lifecycle::Run,
+                "nvc-runtime + nvc-hook".into(),
+            ),
+            row(
+                self.nvc(),
+                &cri,
+                Lifecycle::Run,
+                "nvc-runtime + nvc-hook, a Kubernetes container (no poststop hook)".into(),
+            ),
+            row(
+                Runtime::Floor(self.floor_plan.clone()),
+                &[],
+                Lifecycle::Run,
+                "nvc-floor (the floor, no undo)".into(),
+            ),
+            row(
+                Runtime::Floor(self.floor_undo_plan.clone()),
+                &[],
+                Lifecycle::Run,
+                "nvc-floor with its undo (the floor of leaving no trace)".into(),
+            ),
         ];
+        // Beside the Toolkit, whose runtime edits a spec on `create` alone: runc, nvc and
+        // its modes each as an engine drives them (create, start, exit, delete).
+        let engine_from = runtimes.len();
+        if let Some(tk) = &self.toolkit {
+            runtimes.push(row(
+                Runtime::Runc,
+                &[],
+                Lifecycle::Engine,
+                "runc (no nvc), create + start + delete".into(),
+            ));
+            runtimes.push(row(
+                self.nvc(),
+                &[],
+                Lifecycle::Engine,
+                "nvc-runtime + nvc-hook, create + start + delete".into(),
+            ));
+            for &mode in &tk.gpu_modes {
+                runtimes.push(row(
+                    self.toolkit_runtime(tk, mode),
+                    &[],
+                    Lifecycle::Engine,
+                    format!("Toolkit {}, create + start + delete", mode.name()),
+                ));
+            }
+        }
         // A batch of each as warm-up, then the batches, rotating which goes first.
-        let mut times: [Vec<Duration>; 5] = Default::default();
+        let mut times: Vec<Vec<Duration>> = vec![Vec::new(); runtimes.len()];
         let started = std::time::Instant::now();
         for batch in 0..=options.batches {
             eprint!(
@@ -355,33 +413,48 @@ impl Suite<'_> {
             );
             for k in 0..runtimes.len() {
                 let i = (batch + k) % runtimes.len();
-                let (runtime, annotations) = &runtimes[i];
-                let t =
-                    self.bench
-                        .parallel(runtime, &image, &env, annotations, count, in_flight)?;
+                let ParallelRow {
+                    runtime,
+                    annotations,
+                    lifecycle,
+                    ..
+                } = &runtimes[i];
+                let t = self.bench.parallel(
+                    runtime,
+                    *lifecycle,
+                    &image,
+                    &env,
+                    annotations,
+                    count,
+                    in_flight,
+                )?;
                 if batch > 0 {
                     times[i].push(t);
                 }
             }
         }
         eprintln!("({:.1} s)", started.elapsed().as_secs_f64());
-        let ratio_of = |i: usize| {
+        // Each row's ratio to runc's batch of the same round, run the same way.
+        let ratio_of = |i: usize, base: usize| {
             median_of(
                 times[i]
                     .iter()
-                    .zip(&times[0])
+                    .zip(&times[base])
                     .map(|(t, runc)| t.as_secs_f64() / runc.as_secs_f64())
                     .collect(),
             )
         };
-        let ratios = [1, 2, 3, 4].map(ratio_of);
+        let base_of = |i: usize| if i < engine_from { 0 } else { engine_from };
+        let ratios: Vec<f64> = (0..runtimes.len())
+            .map(|i| ratio_of(i, base_of(i)))
+            .collect();
         found.parallel = Some(ParallelFinding {
             count,
             in_flight,
-            ratio: ratios[0],
-            kubernetes_ratio: ratios[1],
-            floor_ratio: ratios[2],
-            floor_undo_ratio: ratios[3],
+            ratio: ratios[1],
+            kubernetes_ratio: ratios[2],
+            floor_ratio: ratios[3],
+            floor_undo_ratio: ratios[4],
         });
         let mut table = Table::new(
             "Parallel starts",
@@ -391,11 +464,11 @@ impl Suite<'_> {
                  containerd's CRI gives Kubernetes' containers (which get no poststop hook \
                  and no record: `hook.leave-no-trace`), through the floor program \
                  (nvc-floor) without and with its undo, and through plain runc (which \
-                 ignores the request): the wall-clock time from the first start to the last \
-                 exit. Batches of each: {} after one of \
-                 warm-up, rotating which goes first; each container on its own copy of the \
-                 image. Ratio: the median of the per-batch ratios to runc's batch of the \
-                 same round.",
+                 ignores the request), each container with `<runtime> run`: the wall-clock \
+                 time from the first start to the last exit. Batches of each: {} after one \
+                 of warm-up, rotating which goes first; each container on its own copy of \
+                 the image. Ratio: the median of the per-batch ratios to runc's batch of the \
+                 same round, run the same way.",
                 options.batches
             ),
             &[
@@ -407,16 +480,16 @@ impl Suite<'_> {
                 "ratio",
             ],
         );
-        for (i, name) in [
-            "runc (no nvc)",
-            "nvc-runtime + nvc-hook",
-            "nvc-runtime + nvc-hook, a Kubernetes container (no poststop hook)",
-            "nvc-floor (the floor, no undo)",
-            "nvc-floor with its undo (the floor of leaving no trace)",
-        ]
-        .iter()
-        .enumerate()
-        {
+        table.intro.push(' ');
+        if self.toolkit.is_some() {
+            table.intro.push_str(
+                "The rows \"create + start + delete\" run each container as an engine \
+                 does, `<runtime> create`, `start`, a wait for its exit (a pidfd), \
+                 `delete`: the only way the Toolkit's runtime gives a container its GPUs. ",
+            );
+        }
+        table.intro.push_str(&self.toolkit_note());
+        for (i, ParallelRow { name, .. }) in runtimes.iter().enumerate() {
             let s = Summary::of(&times[i]).unwrap_or(Summary {
                 median_ms: f64::NAN,
                 min_ms: f64::NAN,
@@ -424,14 +497,14 @@ impl Suite<'_> {
                 count: 0,
             });
             table.row([
-                name.to_string(),
+                name.clone(),
                 ms(s.median_ms),
                 ms(s.min_ms),
                 ms(s.max_ms),
                 ms(s.median_ms / count as f64),
-                match i {
-                    0 => String::new(),
-                    _ => format!("{:.2} ×", ratios[i - 1]),
+                match i == base_of(i) {
+                    true => String::new(),
+                    false => format!("{:.2} ×", ratios[i]),
                 },
             ]);
         }
@@ -516,6 +589,29 @@ impl Suite<'_> {
             ms(median(&set[2])),
         ]);
         Ok(Some(table))
+    }
+}
+
+/// A configuration of the parallel-start table.
+struct ParallelRow<'a> {
+    runtime: Runtime,
+    /// Added to each container's spec.
+    annotations: &'a [(&'a str, &'a str)],
+    lifecycle: Lifecycle,
+    name: String,
+}
+
+fn row<'a>(
+    runtime: Runtime,
+    annotations: &'a [(&'a str, &'a str)],
+    lifecycle: Lifecycle,
+    name: String,
+) -> ParallelRow<'a> {
+    ParallelRow {
+        runtime,
+        annotations,
+        lifecycle,
+        name,
     }
 }
 
