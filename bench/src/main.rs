@@ -147,6 +147,7 @@ fn programs(options: &Options) -> Result<Programs, BenchError> {
     };
     Ok(Programs {
         baseline,
+        nvc: Some(here.join("nvc")).filter(|p| p.is_file()),
         toolkit: options
             .nvidia_toolkit
             .as_deref()

@@ -66,7 +66,8 @@ the hook alone; prints Markdown tables.
   --nvidia-toolkit DIR also time NVIDIA's Container Toolkit from DIR (bin/ with
                        nvidia-container-runtime, its hook, nvidia-ctk, nvidia-cdi-hook
                        and nvidia-container-cli; lib/ with libnvidia-container): its
-                       legacy and jit-cdi modes in the start and parallel tables
+                       legacy and jit-cdi modes in the start and parallel tables, and
+                       `nvidia-ctk cdi generate` beside `nvc cdi generate`
   -h, --help           this text
 ";
 

@@ -2,6 +2,7 @@
 //! with everything it needs made fresh outside the timed region.
 
 use std::cell::Cell;
+use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,6 +41,8 @@ pub struct Programs {
     pub noop: PathBuf,
     /// Another build's shim and hook to time against (`--baseline`).
     pub baseline: Option<Build>,
+    /// The `nvc` CLI beside nvc-bench, for `nvc cdi generate`.
+    pub nvc: Option<PathBuf>,
     /// NVIDIA's Container Toolkit to time beside nvc (`--nvidia-toolkit`).
     pub toolkit: Option<crate::toolkit::Toolkit>,
 }
@@ -174,6 +177,16 @@ pub enum Case {
         bundle: PathBuf,
         /// Its config.json before the shim edited it.
         pristine: Vec<u8>,
+    },
+    /// `program ARGS...` with `env` added to nvc-bench's environment (stdout to
+    /// /dev/null): a command that is not a container's runtime, such as `nvc cdi generate`.
+    Command {
+        /// The program.
+        program: PathBuf,
+        /// Its arguments.
+        args: Vec<OsString>,
+        /// Added to its environment.
+        env: Vec<(String, OsString)>,
     },
     /// `nvc-hook prestart` on a fresh copy of `rootfs` whose spec the shim edited, in the
     /// mount namespace of a helper process, as runc would run it.
@@ -388,6 +401,7 @@ impl Bench {
                 bundle,
                 pristine,
             } => self.shim(config.as_deref(), floor_plan.as_deref(), bundle, pristine),
+            Case::Command { program, args, env } => self.command(program, args, env),
             Case::Hook {
                 program,
                 floor_plan,
@@ -497,6 +511,23 @@ impl Bench {
         }
         remove(&dir)?;
         remove(&container_rootfs)?;
+        measured
+    }
+
+    fn command(
+        &self,
+        program: &Path,
+        args: &[OsString],
+        env: &[(String, OsString)],
+    ) -> Result<Measured, BenchError> {
+        let (dir, _) = self.fresh_run("command")?;
+        let mut command = measure::command(program, &report_path(&dir));
+        command
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&dir);
+        let measured = self.timed(&mut command, &dir, None);
+        remove(&dir)?;
         measured
     }
 

@@ -70,6 +70,17 @@ impl Summary {
     }
 }
 
+/// The `p`th percentile (0 to 100) of `times` in milliseconds, by nearest rank: the
+/// smallest time at least `p` % of the runs do not exceed. NaN without runs.
+pub fn percentile_ms(times: &[Duration], p: f64) -> f64 {
+    let mut ms: Vec<f64> = times.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let rank = (p / 100.0 * ms.len() as f64).ceil() as usize;
+    ms.get(rank.clamp(1, ms.len().max(1)) - 1)
+        .copied()
+        .unwrap_or(f64::NAN)
+}
+
 /// Milliseconds with two decimals: `12.34`.
 pub fn ms(value: f64) -> String {
     format!("{value:.2}")
@@ -108,6 +119,17 @@ mod tests {
         s.push(Duration::from_millis(2), 300, Duration::from_millis(3));
         assert_eq!(s.peak_rss_kib(), Some(300));
         assert_eq!(s.cpu_median_ms(), 2.0);
+    }
+
+    #[test]
+    fn percentiles() {
+        let ten = d(&[10, 1, 9, 2, 8, 3, 7, 4, 6, 5]);
+        assert_eq!(percentile_ms(&ten, 90.0), 9.0);
+        assert_eq!(percentile_ms(&ten, 50.0), 5.0);
+        assert_eq!(percentile_ms(&ten, 100.0), 10.0);
+        assert_eq!(percentile_ms(&ten, 0.0), 1.0);
+        assert_eq!(percentile_ms(&d(&[4]), 90.0), 4.0);
+        assert!(percentile_ms(&[], 90.0).is_nan());
     }
 
     #[test]

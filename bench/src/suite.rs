@@ -5,6 +5,7 @@
 //! gathers the report; `tables.rs` times the configurations and makes a table of each
 //! comparison; `targets.rs` judges the targets on what the tables found.
 
+mod compare;
 mod tables;
 mod targets;
 
@@ -202,6 +203,9 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
         report.tables.push(table);
     }
     if let Some(table) = suite.baseline(&suite.driver)? {
+        report.tables.push(table);
+    }
+    if let Some(table) = suite.cdi_generate()? {
         report.tables.push(table);
     }
     report.tables.push(targets(&found));

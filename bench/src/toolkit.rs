@@ -51,9 +51,10 @@ pub struct Toolkit {
     pub hook: PathBuf,
     /// `nvidia-container-cli` (libnvidia-container): what the legacy hook runs.
     pub cli: PathBuf,
-    /// `nvidia-ctk`, beside which the jit-cdi mode finds `nvidia-cdi-hook`, the hook of
-    /// its CDI edits.
+    /// `nvidia-ctk`: `cdi generate`.
     pub ctk: PathBuf,
+    /// `nvidia-cdi-hook`: the hooks of the Toolkit's CDI specs.
+    pub cdi_hook: PathBuf,
     /// `lib/`: libnvidia-container and the libraries it loads that a host may lack.
     pub lib: PathBuf,
 }
@@ -84,12 +85,12 @@ impl Toolkit {
                 }),
             }
         };
-        file("bin/nvidia-cdi-hook")?;
         Ok(Toolkit {
             runtime: file("bin/nvidia-container-runtime")?,
             hook: file("bin/nvidia-container-runtime-hook")?,
             cli: file("bin/nvidia-container-cli")?,
             ctk: file("bin/nvidia-ctk")?,
+            cdi_hook: file("bin/nvidia-cdi-hook")?,
             lib: file("lib/libnvidia-container.so.1")?
                 .parent()
                 .map(Path::to_path_buf)
@@ -231,6 +232,7 @@ mod tests {
             hook: bin("nvidia-container-runtime-hook"),
             cli: bin("nvidia-container-cli"),
             ctk: bin("nvidia-ctk"),
+            cdi_hook: bin("nvidia-cdi-hook"),
             lib: PathBuf::from("/nct/lib"),
         }
     }
