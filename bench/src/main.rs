@@ -11,6 +11,7 @@ mod host;
 mod large_image;
 mod measure;
 mod options;
+mod podman;
 mod report;
 mod runner;
 mod state_bench;
@@ -145,6 +146,17 @@ fn programs(options: &Options) -> Result<Programs, BenchError> {
             })
         }
     };
+    let podman = match &options.podman {
+        None => None,
+        Some(path) if path.is_file() => Some(std::path::absolute(path).unwrap_or(path.clone())),
+        Some(path) => {
+            return Err(BenchError::Missing {
+                what: "podman",
+                path: path.clone(),
+                hint: "",
+            })
+        }
+    };
     Ok(Programs {
         baseline,
         nvc: Some(here.join("nvc")).filter(|p| p.is_file()),
@@ -153,6 +165,7 @@ fn programs(options: &Options) -> Result<Programs, BenchError> {
             .as_deref()
             .map(toolkit::Toolkit::find)
             .transpose()?,
+        podman,
         shim: sibling("nvc-runtime")?,
         hook: sibling("nvc-hook")?,
         floor: sibling("nvc-floor")?,

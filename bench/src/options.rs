@@ -68,6 +68,10 @@ the hook alone; prints Markdown tables.
                        and nvidia-container-cli; lib/ with libnvidia-container): its
                        legacy and jit-cdi modes in the start and parallel tables, and
                        `nvidia-ctk cdi generate` beside `nvc cdi generate`
+  --podman PATH        also time Podman (this binary; conmon and netavark beside it or
+                       on PATH): `podman run` through nvc's CDI spec, through nvc's
+                       hooks.d file, and with neither, on its own storage in the work
+                       directory
   -h, --help           this text
 ";
 
@@ -114,6 +118,8 @@ pub struct Options {
     pub debug_log: bool,
     /// NVIDIA's Container Toolkit to time beside nvc (`--nvidia-toolkit`).
     pub nvidia_toolkit: Option<PathBuf>,
+    /// The podman to time nvc's CDI spec and hooks.d file through (`--podman`).
+    pub podman: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -139,6 +145,7 @@ impl Default for Options {
             baseline: None,
             debug_log: false,
             nvidia_toolkit: None,
+            podman: None,
         }
     }
 }
@@ -209,6 +216,7 @@ where
             "--run-dir" => o.run_dir = Some(PathBuf::from(value()?)),
             "--baseline" => o.baseline = Some(PathBuf::from(value()?)),
             "--nvidia-toolkit" => o.nvidia_toolkit = Some(PathBuf::from(value()?)),
+            "--podman" => o.podman = Some(PathBuf::from(value()?)),
             "--state" => {
                 o.state = value()?
                     .split(',')
@@ -305,8 +313,9 @@ mod tests {
             run(&["--baseline", "/old"]).baseline,
             Some(PathBuf::from("/old"))
         );
-        let c = run(&["--nvidia-toolkit=/nct/upstream"]);
+        let c = run(&["--nvidia-toolkit", "/nct/upstream", "--podman=/p/podman"]);
         assert_eq!(c.nvidia_toolkit, Some(PathBuf::from("/nct/upstream")));
+        assert_eq!(c.podman, Some(PathBuf::from("/p/podman")));
         let q = run(&["--quick"]);
         assert_eq!((q.runs, q.libs), (QUICK_RUNS, QUICK_LIBS));
         assert_eq!((q.parallel, q.batches), (QUICK_PARALLEL, QUICK_BATCHES));
@@ -338,6 +347,7 @@ mod tests {
             &["--in-flight", "0"],
             &["--batches", "0"],
             &["--nvidia-toolkit"],
+            &["--podman"],
             &["--bogus"],
         ] {
             assert!(parse(bad.iter().copied()).is_err(), "{bad:?}");

@@ -44,11 +44,17 @@ impl Table {
     }
 
     /// The table as Markdown; columns after the first right-aligned unless it is text.
+    /// Without columns, only its heading and text (a table that says why it is empty).
     pub fn render(&self) -> String {
         let mut out = format!("#### {}\n\n", self.title);
         if !self.intro.is_empty() {
             out.push_str(&self.intro);
             out.push_str("\n\n");
+        }
+        if self.header.is_empty() {
+            // One newline at the end, as after a table's last row.
+            out.pop();
+            return out;
         }
         let line = |cells: &[String]| {
             let escaped: Vec<String> = cells.iter().map(|c| c.replace('|', "\\|")).collect();
@@ -137,6 +143,8 @@ mod tests {
         assert!(r
             .render()
             .ends_with("\n\n#### Two\n\n| x | y |\n| --- | --- |\n"));
+        let empty = Table::new("Three", "Not timed: why.", &[]);
+        assert_eq!(empty.render(), "#### Three\n\nNot timed: why.\n");
     }
 
     #[test]

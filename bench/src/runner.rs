@@ -41,10 +41,12 @@ pub struct Programs {
     pub noop: PathBuf,
     /// Another build's shim and hook to time against (`--baseline`).
     pub baseline: Option<Build>,
-    /// The `nvc` CLI beside nvc-bench, for `nvc cdi generate`.
+    /// The `nvc` CLI beside nvc-bench, for `nvc cdi generate` and Podman's hooks.d file.
     pub nvc: Option<PathBuf>,
     /// NVIDIA's Container Toolkit to time beside nvc (`--nvidia-toolkit`).
     pub toolkit: Option<crate::toolkit::Toolkit>,
+    /// The podman to time nvc's CDI spec and hooks.d file through (`--podman`).
+    pub podman: Option<PathBuf>,
 }
 
 /// A build of nvc's two programs.
@@ -179,7 +181,8 @@ pub enum Case {
         pristine: Vec<u8>,
     },
     /// `program ARGS...` with `env` added to nvc-bench's environment (stdout to
-    /// /dev/null): a command that is not a container's runtime, such as `nvc cdi generate`.
+    /// /dev/null): a command that is not a container's runtime, such as `nvc cdi generate`
+    /// or `podman run`.
     Command {
         /// The program.
         program: PathBuf,

@@ -81,6 +81,14 @@ pub fn percentile_ms(times: &[Duration], p: f64) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// The mean of `times` in milliseconds; NaN without runs.
+pub fn mean_ms(times: &[Duration]) -> f64 {
+    match times.len() {
+        0 => f64::NAN,
+        n => times.iter().map(Duration::as_nanos).sum::<u128>() as f64 / n as f64 / 1e6,
+    }
+}
+
 /// Milliseconds with two decimals: `12.34`.
 pub fn ms(value: f64) -> String {
     format!("{value:.2}")
@@ -122,7 +130,7 @@ mod tests {
     }
 
     #[test]
-    fn percentiles() {
+    fn percentiles_and_means() {
         let ten = d(&[10, 1, 9, 2, 8, 3, 7, 4, 6, 5]);
         assert_eq!(percentile_ms(&ten, 90.0), 9.0);
         assert_eq!(percentile_ms(&ten, 50.0), 5.0);
@@ -130,6 +138,8 @@ mod tests {
         assert_eq!(percentile_ms(&ten, 0.0), 1.0);
         assert_eq!(percentile_ms(&d(&[4]), 90.0), 4.0);
         assert!(percentile_ms(&[], 90.0).is_nan());
+        assert_eq!(mean_ms(&d(&[1, 2, 6])), 3.0);
+        assert!(mean_ms(&[]).is_nan());
     }
 
     #[test]

@@ -208,6 +208,9 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
     if let Some(table) = suite.cdi_generate()? {
         report.tables.push(table);
     }
+    if let Some(table) = suite.podman()? {
+        report.tables.push(table);
+    }
     report.tables.push(targets(&found));
 
     let mut env = environment(&host, &suite.driver, options, suite.warmup);

@@ -1,5 +1,6 @@
 //! nvc beside others at the same job, outside the runtime's path: `nvc cdi generate`
-//! beside `nvidia-ctk cdi generate`.
+//! beside `nvidia-ctk cdi generate`, and Podman starting a GPU container through nvc's
+//! CDI spec, through nvc's hooks.d file, and with neither.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -7,13 +8,14 @@ use std::process::Command;
 
 use crate::error::BenchError;
 use crate::large_image::run_quiet;
+use crate::podman::{Podman, Setup, Through};
 use crate::report::Table;
 use crate::runner::Case;
-use crate::stats::{ms, percentile_ms};
+use crate::stats::{mean_ms, ms, percentile_ms, signed_ms, Samples};
 use crate::toolkit;
 
 use super::tables::median;
-use super::Suite;
+use super::{Suite, ALL_CAPS};
 
 impl Suite<'_> {
     /// `nvc cdi generate` and `nvidia-ctk cdi generate` for the main driver, alternated;
@@ -123,6 +125,122 @@ impl Suite<'_> {
         }
         Ok(Some(table))
     }
+
+    /// `podman run --rm` of `/bin/true` through nvc's CDI spec, nvc's hooks.d file and
+    /// neither, alternated; `None` without `--podman`. Where Podman cannot be set up or
+    /// fails its checks on this host, the table says so instead: it costs its table, not
+    /// the run.
+    pub(super) fn podman(&self) -> Result<Option<Table>, BenchError> {
+        let Some(program) = &self.bench.programs.podman else {
+            return Ok(None);
+        };
+        match self.podman_table(program) {
+            Ok(table) => Ok(Some(table)),
+            Err(e) => {
+                let why = crate::error::chain(&e);
+                eprintln!("nvc-bench: podman: {why}");
+                Ok(Some(Table::new(
+                    PODMAN_TITLE,
+                    &format!("Not timed: {why}."),
+                    &[],
+                )))
+            }
+        }
+    }
+
+    fn podman_table(&self, program: &Path) -> Result<Table, BenchError> {
+        let Some(nvc) = &self.bench.programs.nvc else {
+            return Err(BenchError::Missing {
+                what: "nvc",
+                path: std::env::current_exe()
+                    .ok()
+                    .and_then(|p| p.parent().map(|d| d.join("nvc")))
+                    .unwrap_or_default(),
+                hint:
+                    ": --podman needs the nvc CLI beside nvc-bench (its hooks.d file and CDI spec)",
+            });
+        };
+        eprintln!("nvc-bench: setting up podman");
+        let podman = Podman::setup(&Setup {
+            program,
+            dir: &self.work.join("podman"),
+            runc: &self.bench.programs.runc,
+            rootfs: &self.image.path,
+            nvc,
+            hook: &self.bench.programs.hook,
+            nvc_config: &self.configs.noop,
+        })?;
+        let rows = [
+            (Through::Nothing, "runc under Podman (no nvc, no GPU)"),
+            (
+                Through::Hooks,
+                "nvc's hooks.d file (nvc-hook), all GPUs, all capabilities",
+            ),
+            (
+                Through::Cdi,
+                "nvc's CDI spec, `--device nvidia.com/gpu=all`",
+            ),
+        ];
+        for (through, _) in rows {
+            podman.check(through, ALL_CAPS)?;
+        }
+        let cases: Vec<Case> = rows
+            .iter()
+            .map(|(through, _)| podman.case(*through, ALL_CAPS))
+            .collect();
+        let samples = self.alternate("podman", &cases)?;
+        let mut table = Table::new(
+            PODMAN_TITLE,
+            &format!(
+                "`podman run --rm --network none IMAGE /bin/true` (Podman {}, {} storage, on \
+                 storage of its own, cgroupfs, the same runc), the image imported from the \
+                 bench's rootfs: with no GPU and no nvc hook; through nvc's OCI hooks.d file \
+                 (`nvc runtime configure --runtime podman`), its hook asked for all GPUs and \
+                 all capabilities with `NVIDIA_VISIBLE_DEVICES` and \
+                 `NVIDIA_DRIVER_CAPABILITIES`; through nvc's CDI spec (`nvc cdi generate`, \
+                 every capability's files), `--device nvidia.com/gpu=all`. Start to exit and \
+                 the container's removal, as the user waits for them; each configuration \
+                 checked first to give (or not give) its container `/dev/nvidiactl`. \
+                 Alternated, {} runs each after {} warm-up round{}. Added: this median minus \
+                 the first row's.",
+                podman.version,
+                podman.storage,
+                self.options.runs,
+                self.warmup,
+                if self.warmup == 1 { "" } else { "s" },
+            ),
+            &[
+                "configuration",
+                "median ms",
+                "p90 ms",
+                "mean ms",
+                "min ms",
+                "max ms",
+                "added ms",
+            ],
+        );
+        let base = median(&samples[0]);
+        for (i, ((_, name), samples)) in rows.iter().zip(&samples).enumerate() {
+            table.row(podman_cells(name, samples, (i > 0).then_some(base)));
+        }
+        Ok(table)
+    }
+}
+
+const PODMAN_TITLE: &str = "Podman: CDI and hooks.d";
+
+/// A row of the Podman table.
+fn podman_cells(name: &str, samples: &Samples, base: Option<f64>) -> Vec<String> {
+    let s = samples.summary();
+    vec![
+        name.to_string(),
+        ms(median(samples)),
+        ms(percentile_ms(&samples.times, 90.0)),
+        ms(mean_ms(&samples.times)),
+        ms(s.map_or(f64::NAN, |s| s.min_ms)),
+        ms(s.map_or(f64::NAN, |s| s.max_ms)),
+        base.map_or_else(String::new, |b| signed_ms(median(samples) - b)),
+    ]
 }
 
 /// `words` then `paths`, as arguments.
