@@ -2,6 +2,8 @@
 # Run here (a machine with network access), before a GPU-machine run: builds nvc in
 # release mode and gathers what the GPU machine lacks (runc, libseccomp, a static
 # busybox) into .device-carry/, which is git-ignored and carried to the GPU machine.
+# For tests/gpu/check-and-bench.sh, carry .device-carry/check alone: it packs what that
+# script needs, NVIDIA's Container Toolkit and Podman included.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 carry=.device-carry
@@ -36,6 +38,15 @@ if [ -n "${NVC_OLD_COMMIT:-}" ]; then
 fi
 # The benchmark's small rootfs (the GPU machine's own is built there by validate.py).
 rm -rf "$carry/bench" && target/release/nvc-demo-bundle "$carry/bench" -- /bin/true >/dev/null
+# NVIDIA's Container Toolkit 1.20 with libnvidia-container 1.17, built for comparisons (the
+# shared folder beside the checkout, or NVC_NVIDIA_TOOLKIT), carried as its archive:
+# check-and-bench.sh unpacks it and times it beside nvc (nvc-bench --nvidia-toolkit).
+toolkit=${NVC_NVIDIA_TOOLKIT:-$(ls -d ../shared/nvidia-toolkit/nct-*-carry.tar.xz 2>/dev/null | tail -1)}
+if [ -s "$toolkit" ]; then
+    cp "$toolkit" "$carry/bench/nvidia-toolkit.tar.xz"
+else
+    echo "prepare.sh: no NVIDIA Container Toolkit archive (../shared/nvidia-toolkit/nct-*-carry.tar.xz or NVC_NVIDIA_TOOLKIT): the benchmark will run without it" >&2
+fi
 # The payload hostile.sh puts in images (no compiler on the GPU machine).
 mkdir -p "$carry/poc" && gcc -shared -fPIC -o "$carry/poc/poc.so" tests/gpu/poc.c
 if [ ! -x "$carry/runc/usr/sbin/runc" ]; then
@@ -124,5 +135,23 @@ fi
 # nvc's binaries, runc with libseccomp and busybox, the commit.
 mkdir -p "$carry/engines" && tar -C "$carry" -cf - bin/nvc bin/nvc-runtime bin/nvc-hook bin/nvc-cri commit runc/usr/sbin/runc \
     runc/usr/lib/x86_64-linux-gnu runc/bin/busybox | xz -T0 -9 >"$carry/engines/support.tar.xz"
+# Podman alone for the benchmark's Podman table (nvc-bench --podman): podman, conmon and
+# netavark with the engines' libraries, out of the engines' archive (Docker's programs are
+# most of that one).
+if [ ! -s "$carry/check/podman.tar.xz" ]; then
+    pack=$(mktemp -d /tmp/nvc-podman.XXXXXX)
+    xz -dc "$carry/engines/engines.tar.xz" | tar -C "$pack" -xf - ./bin/podman ./bin/conmon ./bin/netavark ./lib ./packages
+    mkdir -p "$carry/check"
+    tar -C "$pack" -cf - . | xz -T1 --lzma2=preset=9e,dict=64MiB >"$carry/check/podman.tar.xz"
+    rm -rf "$pack"
+fi
+# Everything tests/gpu/check-and-bench.sh needs in one carried folder, $carry/check (one
+# call carries 64 MiB at most, which the folders themselves and Podman pass): this
+# archive of bin/, runc/, poc/, bench/ (the Toolkit's archive in it), prev/ when there is
+# one, and commit; check-and-bench.sh unpacks it over .device-carry there.
+mkdir -p "$carry/check"
+packed=(bin runc poc bench commit)
+[ -d "$carry/prev" ] && packed+=(prev)
+tar -C "$carry" -cf - "${packed[@]}" | xz -T0 -6 >"$carry/check/pack.tar.xz"
 mkdir -p .git/info && { grep -qx "/.device-carry/" .git/info/exclude 2>/dev/null || echo "/.device-carry/" >>.git/info/exclude; }
-du -sh "$carry"
+du -sh "$carry" "$carry/check"
