@@ -750,21 +750,7 @@ impl Bench {
             let Some(Ok(mut command)) = commands.get(i).map(Mutex::lock) else {
                 return Ok(());
             };
-            let line = measure::describe(&command);
-            match command.status() {
-                Ok(status) if status.success() => Ok(()),
-                Ok(status) => Err(BenchError::Failed {
-                    command: line,
-                    status: status.to_string(),
-                    details: stderr_details(
-                        &std::fs::read_to_string(dir.join("stderr")).unwrap_or_default(),
-                    ),
-                }),
-                Err(source) => Err(BenchError::Spawn {
-                    program: line,
-                    source,
-                }),
-            }
+            run_to_end(&mut command, &dir.join("stderr"))
         };
         let next = AtomicUsize::new(0);
         let failed: Mutex<Option<BenchError>> = Mutex::new(None);
@@ -832,27 +818,13 @@ impl Bench {
             .arg(&id)
             .env_remove(nvc_config::CONFIG_ENV)
             .envs(config.iter().copied());
-        // Not `output()`: the container's init keeps runc's stdio open until it ends.
         let stderr_path = dir.join("stderr");
         let stderr = File::create(&stderr_path).map_err(BenchError::io("create", &stderr_path))?;
         create
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
-        let line = measure::describe(&create);
-        let created = match create.status() {
-            Ok(status) if status.success() => Ok(()),
-            Ok(status) => Err(BenchError::Failed {
-                command: line,
-                status: status.to_string(),
-                details: stderr_details(&std::fs::read_to_string(&stderr_path).unwrap_or_default()),
-            }),
-            Err(source) => Err(BenchError::Spawn {
-                program: line,
-                source,
-            }),
-        };
-        let seen = created.and_then(|()| {
+        let seen = run_to_end(&mut create, &stderr_path).and_then(|()| {
             let pid =
                 std::fs::read_to_string(&pid_file).map_err(BenchError::io("read", &pid_file))?;
             Ok(Path::new("/proc")
@@ -964,21 +936,7 @@ fn engine_steps(
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
-        let line = measure::describe(&command);
-        match command.status() {
-            Ok(status) if status.success() => Ok(()),
-            Ok(status) => Err(BenchError::Failed {
-                command: line,
-                status: status.to_string(),
-                details: stderr_details(
-                    &std::fs::read_to_string(dir.join("stderr")).unwrap_or_default(),
-                ),
-            }),
-            Err(source) => Err(BenchError::Spawn {
-                program: line,
-                source,
-            }),
-        }
+        run_to_end(&mut command, &dir.join("stderr"))
     };
     let pid_file = dir.join("init.pid");
     step(&[
@@ -1014,6 +972,25 @@ fn engine_steps(
         Some(source) => BenchError::io("wait for the init of", dir)(source),
     })?;
     step(&["delete".as_ref(), id.as_ref()])
+}
+
+/// Runs `command`, whose stderr goes to the file `stderr`, to its end: an error with the
+/// file's text unless it succeeds. Not `output()`: a container's init keeps the stdio of
+/// `<runtime> create` open until the container ends.
+fn run_to_end(command: &mut Command, stderr: &Path) -> Result<(), BenchError> {
+    let line = measure::describe(command);
+    match command.status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(BenchError::Failed {
+            command: line,
+            status: status.to_string(),
+            details: stderr_details(&std::fs::read_to_string(stderr).unwrap_or_default()),
+        }),
+        Err(source) => Err(BenchError::Spawn {
+            program: line,
+            source,
+        }),
+    }
 }
 
 /// Waits until the process of `pidfd` has exited (the descriptor turns readable), at
