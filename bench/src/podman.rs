@@ -247,14 +247,21 @@ impl Podman {
             Through::Nothing => "! test -e /dev/nvidiactl",
             Through::Hooks | Through::Cdi => "test -e /dev/nvidiactl",
         };
+        let args = self.run_args(through, env, &["/bin/sh", "-c", test]);
+        // In the error, `podman run ...` without the global options, which every row has.
+        let run = args
+            .iter()
+            .skip(self.global_args(through).len())
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
         let mut command = Command::new(&self.program);
         command
-            .args(self.run_args(through, env, &["/bin/sh", "-c", test]))
+            .args(&args)
             .envs(self.env().iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null());
-        let line = crate::measure::describe(&command);
         let out = command.output().map_err(|source| BenchError::Spawn {
-            program: line.clone(),
+            program: crate::measure::describe(&command),
             source,
         })?;
         if out.status.success() {
@@ -263,12 +270,12 @@ impl Podman {
         let mut details = stderr_details(&String::from_utf8_lossy(&out.stderr));
         if through == Through::Cdi {
             details.push_str(
-                "\n(Podman reads the spec from its own folder through containers.conf's \
+                " (Podman reads the spec from its own folder through containers.conf's \
                  cdi_spec_dirs, which Podman older than 4.5 ignores)",
             );
         }
         Err(BenchError::Failed {
-            command: format!("{line} (the container must {test})"),
+            command: format!("podman {run}"),
             status: out.status.to_string(),
             details,
         })

@@ -128,8 +128,8 @@ impl Suite<'_> {
 
     /// `podman run --rm` of `/bin/true` through nvc's CDI spec, nvc's hooks.d file and
     /// neither, alternated; `None` without `--podman`. Where Podman cannot be set up or
-    /// fails its checks on this host, the table says so instead: it costs its table, not
-    /// the run.
+    /// runs no plain container on this host, the table says so instead, and a GPU row
+    /// whose check fails is left out with the reason: it costs them, not the run.
     pub(super) fn podman(&self) -> Result<Option<Table>, BenchError> {
         let Some(program) = &self.bench.programs.podman else {
             return Ok(None);
@@ -181,9 +181,22 @@ impl Suite<'_> {
                 "nvc's CDI spec, `--device nvidia.com/gpu=all`",
             ),
         ];
-        for (through, _) in rows {
-            podman.check(through, ALL_CAPS)?;
-        }
+        // Plain runc's row is the base: its failure is the table's. A GPU row that fails
+        // its check is left out, with the reason.
+        podman.check(Through::Nothing, ALL_CAPS)?;
+        let mut left_out = Vec::new();
+        let rows: Vec<(Through, &str)> = rows
+            .into_iter()
+            .filter(|(through, name)| match podman.check(*through, ALL_CAPS) {
+                Ok(()) => true,
+                Err(e) => {
+                    let why = crate::error::chain(&e);
+                    eprintln!("nvc-bench: podman, {name}: {why}; its row is left out");
+                    left_out.push(format!("{name}: {why}"));
+                    false
+                }
+            })
+            .collect();
         let cases: Vec<Case> = rows
             .iter()
             .map(|(through, _)| podman.case(*through, ALL_CAPS))
@@ -219,6 +232,12 @@ impl Suite<'_> {
                 "added ms",
             ],
         );
+        if !left_out.is_empty() {
+            table.intro.push_str(&format!(
+                " Left out, for its container failed the check: {}.",
+                left_out.join("; ")
+            ));
+        }
         let base = median(&samples[0]);
         for (i, ((_, name), samples)) in rows.iter().zip(&samples).enumerate() {
             table.row(podman_cells(name, samples, (i > 0).then_some(base)));
