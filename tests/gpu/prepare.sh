@@ -41,7 +41,7 @@ rm -rf "$carry/bench" && target/release/nvc-demo-bundle "$carry/bench" -- /bin/t
 # NVIDIA's Container Toolkit 1.20 with libnvidia-container 1.17, built for comparisons (the
 # shared folder beside the checkout, or NVC_NVIDIA_TOOLKIT), carried as its archive:
 # check-and-bench.sh unpacks it and times it beside nvc (nvc-bench --nvidia-toolkit).
-toolkit=${NVC_NVIDIA_TOOLKIT:-$(ls -d ../shared/nvidia-toolkit/nct-*-carry.tar.xz 2>/dev/null | tail -1)}
+toolkit=${NVC_NVIDIA_TOOLKIT:-$(ls -d ../shared/nvidia-toolkit/nct-*-carry.tar.xz 2>/dev/null | tail -1 || true)}
 if [ -s "$toolkit" ]; then
     cp "$toolkit" "$carry/bench/nvidia-toolkit.tar.xz"
 else
