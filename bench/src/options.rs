@@ -6,6 +6,9 @@ use std::path::PathBuf;
 pub const DEFAULT_RUNS: usize = 30;
 /// Runs per configuration with `--quick`.
 pub const QUICK_RUNS: usize = 3;
+/// Runs of each Podman configuration unless `--podman-runs` says otherwise: a Podman
+/// start varies by tens of milliseconds, and its table compares rows milliseconds apart.
+pub const DEFAULT_PODMAN_RUNS: usize = 100;
 /// GPU counts of the fake trees in the scaling table.
 pub const DEFAULT_GPUS: &[u32] = &[1, 8, 64];
 /// Libraries in the large image.
@@ -72,6 +75,8 @@ the hook alone; prints Markdown tables.
                        on PATH): `podman run` through nvc's CDI spec, through nvc's
                        hooks.d file, and with neither, on its own storage in the work
                        directory
+  --podman-runs N      runs of each Podman configuration, alternated (default 100; the
+                       --runs of --quick with --quick)
   -h, --help           this text
 ";
 
@@ -120,6 +125,8 @@ pub struct Options {
     pub nvidia_toolkit: Option<PathBuf>,
     /// The podman to time nvc's CDI spec and hooks.d file through (`--podman`).
     pub podman: Option<PathBuf>,
+    /// Runs of each Podman configuration (`--podman-runs`).
+    pub podman_runs: usize,
 }
 
 impl Default for Options {
@@ -146,6 +153,7 @@ impl Default for Options {
             debug_log: false,
             nvidia_toolkit: None,
             podman: None,
+            podman_runs: DEFAULT_PODMAN_RUNS,
         }
     }
 }
@@ -170,6 +178,7 @@ where
     let mut libs: Option<usize> = None;
     let mut parallel: Option<usize> = None;
     let mut batches: Option<usize> = None;
+    let mut podman_runs: Option<usize> = None;
     let mut it = args.into_iter().map(Into::into);
     while let Some(arg) = it.next() {
         // `--flag=value` and `--flag value` both work.
@@ -217,6 +226,7 @@ where
             "--baseline" => o.baseline = Some(PathBuf::from(value()?)),
             "--nvidia-toolkit" => o.nvidia_toolkit = Some(PathBuf::from(value()?)),
             "--podman" => o.podman = Some(PathBuf::from(value()?)),
+            "--podman-runs" => podman_runs = Some(positive(&flag, &value()?)?),
             "--state" => {
                 o.state = value()?
                     .split(',')
@@ -227,6 +237,11 @@ where
         }
     }
     o.runs = runs.unwrap_or(if o.quick { QUICK_RUNS } else { DEFAULT_RUNS });
+    o.podman_runs = podman_runs.unwrap_or(if o.quick {
+        QUICK_RUNS
+    } else {
+        DEFAULT_PODMAN_RUNS
+    });
     o.libs = libs.unwrap_or(if o.quick { QUICK_LIBS } else { DEFAULT_LIBS });
     o.parallel = parallel.unwrap_or(if o.quick {
         QUICK_PARALLEL
@@ -316,8 +331,11 @@ mod tests {
         let c = run(&["--nvidia-toolkit", "/nct/upstream", "--podman=/p/podman"]);
         assert_eq!(c.nvidia_toolkit, Some(PathBuf::from("/nct/upstream")));
         assert_eq!(c.podman, Some(PathBuf::from("/p/podman")));
+        assert_eq!(c.podman_runs, DEFAULT_PODMAN_RUNS);
+        assert_eq!(run(&["--podman-runs", "7", "--quick"]).podman_runs, 7);
         let q = run(&["--quick"]);
         assert_eq!((q.runs, q.libs), (QUICK_RUNS, QUICK_LIBS));
+        assert_eq!(q.podman_runs, QUICK_RUNS);
         assert_eq!((q.parallel, q.batches), (QUICK_PARALLEL, QUICK_BATCHES));
         let p = run(&[
             "--parallel",

@@ -2,8 +2,12 @@
 //! `tests/gpu/engines.sh` sets it up: `--root`, `--runroot` and `--tmpdir` there, cgroupfs,
 //! events and logs to files, the bench's runc, the image imported from the bench's rootfs;
 //! nvc's hooks.d file (`nvc runtime configure --runtime podman`) in a hooks folder of its
-//! own, and nvc's CDI spec (`nvc cdi generate`) in a spec folder of its own
-//! (`cdi_spec_dirs`), so that neither the host's hooks nor its specs take part.
+//! own, so that the host's hooks take no part. nvc's CDI spec (`nvc cdi generate`) goes to
+//! `/etc/cdi`, the one folder every Podman reads (Podman before 5.5 ignores
+//! containers.conf's `cdi_spec_dirs`, and 5.5 reads no `/var/run/cdi` by default), under a
+//! kind of the bench's own, [`KIND_VENDOR`]: the host's specs of `nvidia.com/gpu` neither
+//! take part nor clash with it (two files naming one device would leave it to neither);
+//! the file is removed with the [`Podman`].
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -16,6 +20,15 @@ use crate::runner::Case;
 /// The image's name in Podman's storage.
 const IMAGE: &str = "localhost/nvc-bench:latest";
 
+/// The vendor of the bench's CDI spec: its devices are `<vendor>/gpu=<name>`.
+pub const KIND_VENDOR: &str = "bench.nvc.example";
+
+/// The CDI device the CDI row asks for: every GPU, of the bench's spec.
+pub const CDI_ALL: &str = "bench.nvc.example/gpu=all";
+
+/// Where Podman reads CDI specs whatever its version and configuration.
+const SPEC_DIR: &str = "/etc/cdi";
+
 /// What a `podman run` is given a GPU through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Through {
@@ -24,7 +37,7 @@ pub enum Through {
     /// nvc's hooks.d file: `nvc-hook` as an OCI hook for every container, which asks
     /// for GPUs with `NVIDIA_VISIBLE_DEVICES`.
     Hooks,
-    /// nvc's CDI spec: `--device nvidia.com/gpu=all`.
+    /// nvc's CDI spec: `--device` [`CDI_ALL`].
     Cdi,
 }
 
@@ -40,6 +53,10 @@ pub struct Podman {
     runc: PathBuf,
     /// `podman version`'s client version.
     pub version: String,
+    /// nvc's CDI spec in [`SPEC_DIR`], removed on drop.
+    spec: PathBuf,
+    /// Whether [`SPEC_DIR`] was made here (then removed on drop, when empty).
+    made_spec_dir: bool,
 }
 
 /// What Podman is set up with.
@@ -66,7 +83,7 @@ impl Podman {
     /// imports the image.
     pub fn setup(setup: &Setup) -> Result<Podman, BenchError> {
         let dir = setup.dir.to_path_buf();
-        for sub in ["root", "runroot", "tmp", "hooks.d", "no-hooks.d", "cdi"] {
+        for sub in ["root", "runroot", "tmp", "hooks.d", "no-hooks.d"] {
             let path = dir.join(sub);
             std::fs::create_dir_all(&path).map_err(BenchError::io("create directory", &path))?;
         }
@@ -85,7 +102,7 @@ impl Podman {
             "policy.json",
             r#"{"default":[{"type":"insecureAcceptAnything"}]}"#.to_string(),
         )?;
-        write("containers.conf", containers_conf(&dir, setup.program))?;
+        write("containers.conf", containers_conf(setup.program))?;
 
         // nvc's hooks.d file, as a user writes it, with the bench's configuration.
         let hook_file = dir.join("hooks.d/oci-nvc-hook.json");
@@ -98,13 +115,20 @@ impl Podman {
             .env(nvc_config::CONFIG_ENV, setup.nvc_config);
         run_quiet(&mut configure)?;
         name_config_to_hook(&hook_file, setup.nvc_config)?;
-        // nvc's CDI spec for the same driver.
+        // nvc's CDI spec for the same driver, under the bench's kind, where Podman reads.
+        let spec_dir = Path::new(SPEC_DIR);
+        let made_spec_dir = !spec_dir.exists();
+        std::fs::create_dir_all(spec_dir).map_err(BenchError::io("create directory", spec_dir))?;
+        let spec = spec_dir.join(format!("{KIND_VENDOR}-gpu-{}.json", std::process::id()));
         let mut generate = Command::new(setup.nvc);
         generate
-            .args(["cdi", "generate", "--output"])
-            .arg(dir.join("cdi/nvc.json"))
+            .args(["cdi", "generate", "--vendor", KIND_VENDOR, "--output"])
+            .arg(&spec)
             .env(nvc_config::CONFIG_ENV, setup.nvc_config);
-        run_quiet(&mut generate)?;
+        if let Err(e) = run_quiet(&mut generate) {
+            remove_spec(&spec, made_spec_dir);
+            return Err(e);
+        }
 
         let tarball = dir.join("image.tar");
         let mut tar = Command::new("tar");
@@ -121,6 +145,8 @@ impl Podman {
             conmon: beside("conmon"),
             runc: setup.runc.to_path_buf(),
             version: String::new(),
+            spec,
+            made_spec_dir,
         };
         let import = |p: &Podman| {
             let mut import = p.command(Through::Nothing);
@@ -223,7 +249,7 @@ impl Podman {
             }
             Through::Cdi => {
                 args.push("--device".into());
-                args.push("nvidia.com/gpu=all".into());
+                args.push(CDI_ALL.into());
             }
         }
         args.push(IMAGE.into());
@@ -267,13 +293,7 @@ impl Podman {
         if out.status.success() {
             return Ok(());
         }
-        let mut details = stderr_details(&String::from_utf8_lossy(&out.stderr));
-        if through == Through::Cdi {
-            details.push_str(
-                " (Podman reads the spec from its own folder through containers.conf's \
-                 cdi_spec_dirs, which Podman older than 4.5 ignores)",
-            );
-        }
+        let details = stderr_details(&String::from_utf8_lossy(&out.stderr));
         Err(BenchError::Failed {
             command: format!("podman {run}"),
             status: out.status.to_string(),
@@ -287,12 +307,25 @@ impl Drop for Podman {
     /// own folder onto itself), so that the work directory can be removed.
     fn drop(&mut self) {
         nvc_tests::unmount_all_under(&self.dir);
+        remove_spec(&self.spec, self.made_spec_dir);
+    }
+}
+
+/// Removes the bench's spec, and its folder when the bench made it and nothing else is
+/// there.
+fn remove_spec(spec: &Path, made_dir: bool) {
+    let _ = std::fs::remove_file(spec);
+    if made_dir {
+        if let Some(dir) = spec.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
 /// Podman's containers.conf: no journald or systemd (logs and events to files, cgroupfs),
-/// its helpers (netavark) beside `program` first, CDI specs from `<dir>/cdi` alone.
-fn containers_conf(dir: &Path, program: &Path) -> String {
+/// its helpers (netavark) beside `program` first; CDI specs where Podman reads them by
+/// default (see the module's documentation).
+fn containers_conf(program: &Path) -> String {
     let q = |p: &Path| toml::Value::String(p.display().to_string()).to_string();
     let helpers = program.parent().map(q).into_iter().chain(
         [
@@ -304,8 +337,7 @@ fn containers_conf(dir: &Path, program: &Path) -> String {
     );
     format!(
         "[containers]\nlog_driver = \"k8s-file\"\n\n[engine]\nevents_logger = \"file\"\n\
-         cgroup_manager = \"cgroupfs\"\ncdi_spec_dirs = [{}]\nhelper_binaries_dir = [{}]\n",
-        q(&dir.join("cdi")),
+         cgroup_manager = \"cgroupfs\"\nhelper_binaries_dir = [{}]\n",
         helpers.collect::<Vec<_>>().join(", ")
     )
 }
@@ -339,18 +371,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_configuration_names_its_own_spec_folder_and_helpers() {
-        let conf: toml::Table = containers_conf(Path::new("/w/podman"), Path::new("/e/bin/podman"))
+    fn the_configuration_names_the_helpers_and_leaves_the_spec_folders_default() {
+        let conf: toml::Table = containers_conf(Path::new("/e/bin/podman"))
             .parse()
             .expect("valid TOML");
-        assert_eq!(
-            conf["engine"]["cdi_spec_dirs"].as_array().map(Vec::len),
-            Some(1)
-        );
-        assert_eq!(
-            conf["engine"]["cdi_spec_dirs"][0].as_str(),
-            Some("/w/podman/cdi")
-        );
+        // Podman 5.5 and later take cdi_spec_dirs: it must not hide /etc/cdi.
+        assert!(conf["engine"].get("cdi_spec_dirs").is_none());
         assert_eq!(
             conf["engine"]["helper_binaries_dir"][0].as_str(),
             Some("/e/bin")

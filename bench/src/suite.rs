@@ -101,6 +101,19 @@ struct Findings {
     scaling_floor: Vec<(u32, f64)>,
     /// The parallel-start table's finding, when it ran.
     parallel: Option<ParallelFinding>,
+    /// The Podman table's medians, when its CDI and hooks.d rows both ran.
+    podman: Option<PodmanFinding>,
+}
+
+/// The Podman table's medians (ms, start to exit and removal).
+#[derive(Debug, Clone, Copy)]
+struct PodmanFinding {
+    /// runc under Podman, no GPU.
+    plain: f64,
+    /// nvc's hooks.d file.
+    hooks: f64,
+    /// nvc's CDI spec.
+    cdi: f64,
 }
 
 /// What the parallel-start table found.
@@ -208,7 +221,7 @@ pub fn run(options: &Options, programs: Programs, work: &Path) -> Result<Report,
     if let Some(table) = suite.cdi_generate()? {
         report.tables.push(table);
     }
-    if let Some(table) = suite.podman()? {
+    if let Some(table) = suite.podman(&mut found)? {
         report.tables.push(table);
     }
     report.tables.push(targets(&found));

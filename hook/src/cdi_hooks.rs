@@ -41,9 +41,12 @@ pub fn dispatch(mode: &str) -> Option<bool> {
 // The error is returned once, at the end of a one-shot process: its size costs nothing.
 #[allow(clippy::result_large_err)]
 fn run(mode: &str, args: &[String]) -> Result<(), CdiHookError> {
+    let mut phases = nvc_host::phases::Phases::start("cdi-setup");
     // The arguments first: a spec with bad ones fails before anything is read.
     let hook = CdiHook::from_args(mode, args)?;
+    phases.mark("args");
     let state = libnvc::oci::state::read(std::io::stdin())?;
+    phases.mark("state");
     if !matches!(hook, CdiHook::Setup { .. }) {
         return nvc_host::cdi_hooks::run(&hook, &state);
     }
@@ -66,5 +69,8 @@ fn run(mode: &str, args: &[String]) -> Result<(), CdiHookError> {
             config
         }
     };
-    nvc_host::cdi_hooks::run_recorded(&hook, &state, &config)
+    phases.mark("config");
+    let result = nvc_host::cdi_hooks::run_recorded(&hook, &state, &config, &mut phases);
+    phases.log();
+    result
 }

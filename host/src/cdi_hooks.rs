@@ -81,6 +81,7 @@ use serde::Deserialize;
 use crate::container::{ContainerRoot, FileKind, FsError};
 use crate::ldcache::CacheChange;
 use crate::lifecycle::untraced;
+use crate::phases::Phases;
 use crate::probe::RealHost;
 use crate::proc_mask::{Masked, ProcMask};
 use crate::state::{RootfsState, StateDir};
@@ -179,6 +180,7 @@ pub fn run_recorded(
     hook: &CdiHook,
     state: &[u8],
     config: &nvc_config::Config,
+    phases: &mut Phases,
 ) -> Result<(), CdiHookError> {
     let parsed: State = serde_json::from_slice(state).map_err(CdiHookError::State)?;
     if !parsed.bundle.is_absolute() {
@@ -186,6 +188,7 @@ pub fn run_recorded(
     }
     let spec_value = spec::read_spec(&RealHost, &parsed.bundle.join("config.json"))?;
     let view = spec::view(&spec_value, &parsed.bundle)?;
+    phases.mark("spec");
     let keep = !parsed.id.is_empty() && libnvc::plan::keeps_record(config, &view, &spec_value);
     let lock = match keep {
         true => untraced(StateDir::of(config).lock_rootfs(&view.rootfs)),
@@ -206,8 +209,9 @@ pub fn run_recorded(
     if let Some(record) = &record {
         root.journal_to(record.journal());
     }
+    phases.mark("record");
     let mut ldcache = None;
-    let result = set_up(hook, &view, &root, &mut ldcache);
+    let result = set_up(hook, &view, &root, &mut ldcache, phases);
     let made = Trace {
         made: root.made(),
         ldcache,
@@ -218,6 +222,7 @@ pub fn run_recorded(
             if let (Some(lock), Some(record)) = (&lock, record) {
                 untraced(record.save(lock, &made));
             }
+            phases.mark("save");
             Ok(())
         }
         Err(e) => {
@@ -256,6 +261,7 @@ fn set_up(
     view: &SpecView,
     root: &ContainerRoot,
     ldcache: &mut Option<CacheChange>,
+    phases: &mut Phases,
 ) -> Result<(), CdiHookError> {
     let CdiHook::Setup {
         links,
@@ -267,15 +273,16 @@ fn set_up(
         return run_in(hook, view, root);
     };
     make_links(links, view, root)?;
+    phases.mark("links");
     if !folders.is_empty() {
-        *ldcache = crate::ldcache::update_noted(
-            root,
-            folder_entries_of(root, folders)?,
-            compat_above.as_ref(),
-        )?;
+        let entries = folder_entries_of(root, folders)?;
+        phases.mark("folders");
+        *ldcache = crate::ldcache::update_noted(root, entries, compat_above.as_ref())?;
+        phases.mark("ldcache");
     }
     if let Some(proc_root) = proc_root {
         mask_proc(proc_root, view, root)?;
+        phases.mark("mask");
     }
     Ok(())
 }
@@ -369,7 +376,7 @@ pub fn run_in(hook: &CdiHook, view: &SpecView, root: &ContainerRoot) -> Result<(
             crate::ldcache::update(root, ours, compat_above.as_ref())?;
             Ok(())
         }
-        CdiHook::Setup { .. } => set_up(hook, view, root, &mut None),
+        CdiHook::Setup { .. } => set_up(hook, view, root, &mut None, &mut Phases::start("set up")),
     }
 }
 

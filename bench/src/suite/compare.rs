@@ -15,7 +15,7 @@ use crate::stats::{mean_ms, ms, percentile_ms, signed_ms, Samples};
 use crate::toolkit;
 
 use super::tables::median;
-use super::{Suite, ALL_CAPS};
+use super::{Findings, PodmanFinding, Suite, ALL_CAPS};
 
 impl Suite<'_> {
     /// `nvc cdi generate` and `nvidia-ctk cdi generate` for the main driver, alternated;
@@ -130,11 +130,11 @@ impl Suite<'_> {
     /// neither, alternated; `None` without `--podman`. Where Podman cannot be set up or
     /// runs no plain container on this host, the table says so instead, and a GPU row
     /// whose check fails is left out with the reason: it costs them, not the run.
-    pub(super) fn podman(&self) -> Result<Option<Table>, BenchError> {
+    pub(super) fn podman(&self, found: &mut Findings) -> Result<Option<Table>, BenchError> {
         let Some(program) = &self.bench.programs.podman else {
             return Ok(None);
         };
-        match self.podman_table(program) {
+        match self.podman_table(program, found) {
             Ok(table) => Ok(Some(table)),
             Err(e) => {
                 let why = crate::error::chain(&e);
@@ -148,7 +148,7 @@ impl Suite<'_> {
         }
     }
 
-    fn podman_table(&self, program: &Path) -> Result<Table, BenchError> {
+    fn podman_table(&self, program: &Path, found: &mut Findings) -> Result<Table, BenchError> {
         let Some(nvc) = &self.bench.programs.nvc else {
             return Err(BenchError::Missing {
                 what: "nvc",
@@ -178,7 +178,7 @@ impl Suite<'_> {
             ),
             (
                 Through::Cdi,
-                "nvc's CDI spec, `--device nvidia.com/gpu=all`",
+                "nvc's CDI spec (nvc-hook cdi-setup), all GPUs, all capabilities",
             ),
         ];
         // Plain runc's row is the base: its failure is the table's. A GPU row that fails
@@ -201,7 +201,9 @@ impl Suite<'_> {
             .iter()
             .map(|(through, _)| podman.case(*through, ALL_CAPS))
             .collect();
-        let samples = self.alternate("podman", &cases)?;
+        let samples =
+            self.bench
+                .alternate("podman", &cases, self.options.podman_runs, self.warmup)?;
         let mut table = Table::new(
             PODMAN_TITLE,
             &format!(
@@ -211,14 +213,15 @@ impl Suite<'_> {
                  (`nvc runtime configure --runtime podman`), its hook asked for all GPUs and \
                  all capabilities with `NVIDIA_VISIBLE_DEVICES` and \
                  `NVIDIA_DRIVER_CAPABILITIES`; through nvc's CDI spec (`nvc cdi generate`, \
-                 every capability's files), `--device nvidia.com/gpu=all`. Start to exit and \
-                 the container's removal, as the user waits for them; each configuration \
-                 checked first to give (or not give) its container `/dev/nvidiactl`. \
-                 Alternated, {} runs each after {} warm-up round{}. Added: this median minus \
-                 the first row's.",
+                 every capability's files, in `/etc/cdi` under a kind of the bench's own), \
+                 `--device {}`. Start to exit and the container's removal, as the user waits \
+                 for them; each configuration checked first to give (or not give) its \
+                 container `/dev/nvidiactl`. Alternated, {} runs each after {} warm-up \
+                 round{}. Added: this median minus the first row's.",
                 podman.version,
                 podman.storage,
-                self.options.runs,
+                crate::podman::CDI_ALL,
+                self.options.podman_runs,
                 self.warmup,
                 if self.warmup == 1 { "" } else { "s" },
             ),
@@ -241,6 +244,18 @@ impl Suite<'_> {
         let base = median(&samples[0]);
         for (i, ((_, name), samples)) in rows.iter().zip(&samples).enumerate() {
             table.row(podman_cells(name, samples, (i > 0).then_some(base)));
+        }
+        let of = |through: Through| {
+            rows.iter()
+                .position(|(t, _)| *t == through)
+                .map(|i| median(&samples[i]))
+        };
+        if let (Some(hooks), Some(cdi)) = (of(Through::Hooks), of(Through::Cdi)) {
+            found.podman = Some(PodmanFinding {
+                plain: base,
+                hooks,
+                cdi,
+            });
         }
         Ok(table)
     }

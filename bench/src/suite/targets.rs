@@ -6,7 +6,7 @@ use crate::report::Table;
 use crate::stats::{mib, ms, signed_ms, Samples};
 
 use super::tables::median;
-use super::{Findings, ParallelFinding};
+use super::{Findings, ParallelFinding, PodmanFinding};
 
 /// The targets of the issue.
 const TARGET_ADDED_MS: f64 = 3.0;
@@ -15,6 +15,7 @@ const TARGET_HOOK_MS: f64 = 2.0;
 const TARGET_RSS_KIB: u64 = 4 * 1024;
 const TARGET_SCALING: f64 = 1.5;
 const TARGET_PARALLEL: f64 = 1.2;
+const TARGET_PODMAN_CDI_MS: f64 = 2.0;
 
 /// 5. The targets of the issue, judged on the findings.
 pub(super) fn targets(found: &Findings) -> Table {
@@ -94,6 +95,12 @@ pub(super) fn targets(found: &Findings) -> Table {
         measured,
         met,
     ]);
+    let (measured, met) = podman_target(found.podman);
+    table.row([
+        format!("Podman: CDI start ≤ hooks.d start + {TARGET_PODMAN_CDI_MS} ms"),
+        measured,
+        met,
+    ]);
     let floor = floor_rss.map_or_else(String::new, |f| format!(" (floor {})", mib(f)));
     for (what, rss) in [("nvc-hook", hook_rss), ("nvc-runtime", shim_rss)] {
         table.row([
@@ -123,6 +130,26 @@ fn parallel_target(found: Option<ParallelFinding>) -> (String, String) {
             yes_no(p.ratio <= TARGET_PARALLEL),
         ),
         None => ("not measured (--parallel 0)".into(), "–".into()),
+    }
+}
+
+/// The measured text and verdict of the Podman target: the CDI row's median against the
+/// hooks.d row's, of one run.
+fn podman_target(found: Option<PodmanFinding>) -> (String, String) {
+    match found {
+        Some(p) => (
+            format!(
+                "CDI {} ms over hooks.d (CDI {} ms, hooks.d {} ms over runc under Podman)",
+                signed_ms(p.cdi - p.hooks),
+                signed_ms(p.cdi - p.plain),
+                signed_ms(p.hooks - p.plain)
+            ),
+            yes_no(p.cdi - p.hooks <= TARGET_PODMAN_CDI_MS),
+        ),
+        None => (
+            "not measured (no --podman, or a row failed its check)".into(),
+            "–".into(),
+        ),
     }
 }
 
@@ -207,5 +234,23 @@ mod tests {
         );
         assert_eq!(p(1.25).1, "**no**");
         assert_eq!(parallel_target(None).1, "–");
+    }
+
+    #[test]
+    fn the_podman_target_compares_cdi_with_hooks_d() {
+        let found = |cdi| {
+            Some(PodmanFinding {
+                plain: 100.0,
+                hooks: 110.0,
+                cdi,
+            })
+        };
+        let (text, met) = podman_target(found(111.5));
+        assert_eq!(met, "yes");
+        assert!(text.starts_with("CDI +1.50 ms over hooks.d"), "{text}");
+        assert!(text.contains("CDI +11.50 ms, hooks.d +10.00 ms"), "{text}");
+        assert_eq!(podman_target(found(112.5)).1, "**no**");
+        assert_eq!(podman_target(found(90.0)).1, "yes");
+        assert_eq!(podman_target(None).1, "–");
     }
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Where a CDI start's time goes under Podman, on the GPU machine's real driver: `podman run
+# --rm` of /bin/true with no GPU, through nvc's hooks.d file, through nvc's CDI spec, and
+# through the same spec without its hooks (what the engine and runc cost alone for the
+# spec's mounts and nodes), alternated; then a few runs of each GPU configuration with
+# nvc's log at debug level, whose `phases ms` lines say where each hook's time went.
+# Needs what tests/gpu/prepare.sh packs into .device-carry/check (Podman, runc, nvc).
+# Usage: tests/gpu/cdi-start.sh OUT_DIR [RUNS]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:?usage: cdi-start.sh OUT_DIR [RUNS]}
+runs=${2:-100}
+mkdir -p "$out"
+carry=$PWD/.device-carry
+if [ -s "$carry/check/pack.tar.xz" ]; then
+    rm -rf "$carry"/{bin,runc,poc,bench,prev,commit}
+    xz -dc "$carry/check/pack.tar.xz" | tar -C "$carry" -xf - || { echo "FAIL unpack"; exit 1; }
+    rm -f "$carry/check/pack.tar.xz"
+fi
+work=$(mktemp -d /tmp/nvc-cdi-start.XXXXXX)
+. tests/gpu/install-runc.sh
+pd=$work/podman-bin
+mkdir -p "$pd" && xz -dc "$carry/check/podman.tar.xz" | tar -C "$pd" -xf - || { echo "FAIL unpack Podman"; exit 1; }
+mkdir -p /usr/local/lib/nvc-engines
+for lib in "$pd"/lib/*.so*; do
+    name=$(basename "$lib")
+    ldconfig -p | grep -q "^[[:space:]]$name " || cp "$lib" /usr/local/lib/nvc-engines/
+done
+echo /usr/local/lib/nvc-engines >/etc/ld.so.conf.d/zz-nvc-engines.conf && ldconfig
+
+cat >"$work/config.toml" <<TOML
+[hook]
+path = "$carry/bin/nvc-hook"
+state-dir = "$work/state"
+[log]
+file = "$work/nvc.log"
+level = "info"
+TOML
+export NVC_CONFIG=$work/config.toml
+mkdir -p "$work"/{root,runroot,tmp,hooks.d,none}
+"$carry/bin/nvc" runtime configure --runtime podman --config "$work/hooks.d/oci-nvc-hook.json" \
+    --hook-path "$carry/bin/nvc-hook" >/dev/null
+python3 - "$work/hooks.d/oci-nvc-hook.json" "$NVC_CONFIG" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["hook"].setdefault("env", []).append("NVC_CONFIG=" + sys.argv[2])
+json.dump(j, open(sys.argv[1], "w"))
+PY
+# The specs, under kinds of this script's own (the host's nvidia.com/gpu specs, if any,
+# take no part), in /etc/cdi, which every Podman reads.
+mkdir -p /etc/cdi
+a=/etc/cdi/nvc-start-a.json b=/etc/cdi/nvc-start-b.json
+trap 'rm -f "$a" "$b"' EXIT
+"$carry/bin/nvc" cdi generate --vendor a.start.example --output "$a" || { echo "FAIL nvc cdi generate"; exit 1; }
+python3 - "$a" "$b" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+edits = s["containerEdits"]
+print("spec: %d mounts, %d device nodes, hooks %s" % (len(edits.get("mounts", [])),
+      len(edits.get("deviceNodes", [])) + sum(len(d["containerEdits"].get("deviceNodes", [])) for d in s["devices"] if d["name"] == "all"),
+      [(h.get("hookName"), h["args"][1]) for h in edits.get("hooks", [])]))
+s["kind"] = "b.start.example/gpu"
+edits.pop("hooks", None)
+json.dump(s, open(sys.argv[2], "w"))
+PY
+
+P=("$pd/bin/podman" --root "$work/root" --runroot "$work/runroot" --tmpdir "$work/tmp"
+    --storage-driver overlay --cgroup-manager cgroupfs --events-backend file
+    --runtime /usr/local/sbin/runc --conmon "$pd/bin/conmon")
+export CONTAINERS_CONF=$work/containers.conf
+printf '[containers]\nlog_driver = "k8s-file"\n[engine]\nevents_logger = "file"\nhelper_binaries_dir = ["%s"]\n' "$pd/bin" >"$CONTAINERS_CONF"
+echo '{"default":[{"type":"insecureAcceptAnything"}]}' >"$work/policy.json"
+tar -C "$carry/bench/rootfs" -cf "$work/image.tar" . &&
+    "${P[@]}" import --signature-policy "$work/policy.json" "$work/image.tar" localhost/nvc-start:latest >/dev/null ||
+    { echo "FAIL podman import"; exit 1; }
+echo "$("${P[@]}" version --format 'Podman {{.Client.Version}}'), $(/usr/local/sbin/runc --version | head -1)"
+
+run() { # run NAME HOOKS-DIR PODMAN-RUN-ARGS...: one timed `podman run --rm`, in µs
+    local name=$1 hooks=$2; shift 2
+    local t0 t1
+    t0=$(date +%s%N)
+    "${P[@]}" --hooks-dir "$work/$hooks" run --rm --network none --ulimit nofile=1024:1024 \
+        --ulimit nproc=1024:1024 "$@" localhost/nvc-start:latest /bin/true ||
+        echo "FAIL $name" >&2
+    t1=$(date +%s%N)
+    echo "$name $(((t1 - t0) / 1000))" >>"$work/times"
+}
+all() { # all [LABEL]: one run of each configuration
+    run plain none
+    run hooks.d hooks.d -e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=all
+    run cdi none --device a.start.example/gpu=all
+    run cdi-no-hooks none --device b.start.example/gpu=all
+}
+all && all && rm -f "$work/times"
+for _ in $(seq "$runs"); do all; done
+python3 - "$work/times" <<'PY' | tee "$out/cdi-start.txt"
+import collections, statistics, sys
+d = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    name, us = line.split()
+    d[name].append(int(us) / 1000)
+base = statistics.median(d["plain"])
+print("configuration   runs  median ms  p25     p75     mean    added (median)")
+for name, v in d.items():
+    q = statistics.quantiles(v, n=4)
+    print(f"{name:14} {len(v):5}  {statistics.median(v):8.2f}  {q[0]:6.2f}  {q[2]:6.2f}  "
+          f"{statistics.mean(v):6.2f}  {statistics.median(v) - base:+7.2f}")
+PY
+# The hooks' phases, at debug level (which costs time: not for the table above).
+sed -i 's/level = "info"/level = "debug"/' "$NVC_CONFIG"
+: >"$work/nvc.log"
+for _ in 1 2 3 4 5 6; do
+    run hooks.d hooks.d -e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=all
+    run cdi none --device a.start.example/gpu=all
+done
+grep "phases ms" "$work/nvc.log" | tee "$out/phases.txt"
+grep -q "FAIL" "$out/cdi-start.txt" && exit 1
+exit 0
