@@ -196,7 +196,7 @@ fn mig_uuids_unknown(driver: &Driver) -> Option<String> {
 #[derive(Args)]
 pub struct ListArgs {
     /// Devices, as NVIDIA_VISIBLE_DEVICES takes them (all, none, indices, UUIDs, bus ids,
-    /// MIG devices as <gpu>:<mig> or MIG-<uuid>).
+    /// MIG devices as GPU:MIG indices or by MIG-UUID).
     #[arg(long, short = 'd', default_value = "all")]
     devices: String,
     /// Capabilities, as NVIDIA_DRIVER_CAPABILITIES takes them (default: the configured default).
