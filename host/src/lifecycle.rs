@@ -219,8 +219,9 @@ pub fn prestart(
     };
     // What is made in the rootfs is recorded for the poststop hook to take away, where
     // one runs (the shim adds it unless `hook.leave-no-trace` leaves this container out;
-    // Docker's `--gpus` runs none): a record nothing reads is not kept.
-    let keep_record = libnvc::plan::keeps_record(config, &plan.view, &plan.spec);
+    // Podman runs a hooks.d file's itself; Docker's `--gpus` runs none): a record nothing
+    // reads is not kept.
+    let keep_record = libnvc::plan::keeps_record_at_prestart(config, &plan.view, &plan.spec);
     let mut steps = HookStart {
         state,
         container,

@@ -478,6 +478,17 @@ pub fn has_undo_hook(spec: &Value, hook_path: &Path) -> bool {
         .any(|path| path == hook_path || path.file_name().is_some_and(|n| n == "nvc-hook"))
 }
 
+/// Whether `spec` is Podman's (libpod's annotation `io.container.manager: libpod`).
+/// Podman runs a hooks.d file's `poststop` stage itself, after the runtime has deleted
+/// the container, and leaves that stage out of the spec it gives the runtime: nvc's
+/// hooks.d file lists its hook for `poststop` too, so a prestart hook Podman ran from it
+/// is followed by nvc's poststop all the same.
+pub fn from_podman(spec: &Value) -> bool {
+    spec.pointer("/annotations/io.container.manager")
+        .and_then(Value::as_str)
+        == Some("libpod")
+}
+
 fn hooks_include(top: &Map<String, Value>, hook: &HookEntry) -> Result<bool, SpecError> {
     let Some(hooks) = object(top, "hooks", "hooks")? else {
         return Ok(false);
@@ -1130,6 +1141,20 @@ mod tests {
             json!(["nvc-hook", "poststop"])
         );
         assert!(has_undo_hook(&twinned, &alone.path));
+    }
+
+    #[test]
+    fn podman_s_specs_are_known_by_libpod_s_annotation() {
+        let podman = json!({"annotations": {"io.container.manager": "libpod"}});
+        assert!(from_podman(&podman));
+        for other in [
+            json!({}),
+            json!({"annotations": {"io.container.manager": "cri-o"}}),
+            json!({"annotations": {"io.container.manager": 1}}),
+            json!({"annotations": []}),
+        ] {
+            assert!(!from_podman(&other), "{other}");
+        }
     }
 
     #[test]

@@ -224,6 +224,15 @@ pub fn keeps_record(config: &Config, view: &SpecView, spec: &Value) -> bool {
     leaves_no_trace(config, view) && spec::has_undo_hook(spec, &config.hook.path)
 }
 
+/// [`keeps_record`] for the prestart hook, which also keeps it for Podman's containers
+/// ([`spec::from_podman`]): Podman runs nvc's hooks.d poststop stage itself, out of the
+/// runtime's spec. A hooks.d file without that stage leaves the record until the next
+/// container on the same rootfs sweeps it.
+pub fn keeps_record_at_prestart(config: &Config, view: &SpecView, spec: &Value) -> bool {
+    leaves_no_trace(config, view)
+        && (spec::has_undo_hook(spec, &config.hook.path) || spec::from_podman(spec))
+}
+
 /// Whether what nvc makes in the rootfs of the container `view` describes is taken away
 /// when it ends (`hook.leave-no-trace`), by its poststop hook.
 pub fn leaves_no_trace(config: &Config, view: &SpecView) -> bool {

@@ -304,3 +304,69 @@ fn podman5_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
 fn podman58_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
     check_podman5(&DEBIAN14, "runc", User::Root);
 }
+
+/// Podman runs a hooks.d file's poststop stage itself, after the runtime deleted the
+/// container, and leaves it out of the spec it gives the runtime: the prestart hook keeps
+/// its record for Podman's specs all the same, and the poststop Podman runs takes nvc's
+/// links away and puts the image's ld.so.cache back, so that the container's layer is the
+/// image's again once it has ended (kept, not removed: `podman mount` shows it).
+#[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
+fn a_podman_hooks_d_container_leaves_its_layer_as_the_image_was() {
+    let w = World::new();
+    let podman = Podman::new(&w.path("podman"), &podman_hooks_dir(&w))
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    podman
+        .import(&w.tarball, IMAGE)
+        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let image = w.dir.path().join("rootfs");
+    let cgroup_parent = format!("/{}", podman.cgroup_parent);
+    let mut args = vec![
+        "run",
+        "--name",
+        "nvc-no-trace",
+        "--network",
+        "none",
+        "--cgroup-parent",
+        &cgroup_parent,
+        "--ulimit",
+        "nofile=1024:1024",
+        "--ulimit",
+        "nproc=1024:1024",
+        "-e",
+        "NVIDIA_VISIBLE_DEVICES=all",
+    ];
+    let proc_flags = w.fake_proc_flags();
+    args.extend(proc_flags.iter().map(String::as_str));
+    args.extend([
+        IMAGE,
+        "sh",
+        "-c",
+        "test -e /dev/nvidiactl && ls /usr/lib/x86_64-linux-gnu | grep -c libcuda",
+    ]);
+    let run = podman.podman(&args);
+    let context = |what: &str| format!("{what}\nnvc log:\n{}", w.nvc_log());
+    assert_eq!(run.status, 0, "{}", context(&format!("{run:?}")));
+    assert_ne!(
+        run.stdout.trim(),
+        "0",
+        "{}",
+        context("no libcuda in the container")
+    );
+    let mount = podman.podman(&["mount", "nvc-no-trace"]);
+    assert_eq!(mount.status, 0, "{mount:?}");
+    let layer = PathBuf::from(mount.stdout.trim());
+    for part in ["usr", "etc/ld.so.cache"] {
+        assert_eq!(
+            nvc_tests::tree_digest(&layer.join(part)),
+            nvc_tests::tree_digest(&image.join(part)),
+            "{}",
+            context(&format!("the container's {part} after it ended"))
+        );
+    }
+    let removed = podman.podman(&["rm", "-f", "nvc-no-trace"]);
+    assert_eq!(removed.status, 0, "{removed:?}");
+    let cgroup = podman.cgroup_parent.clone();
+    drop(podman);
+    w.assert_clean(&[cgroup]);
+}
