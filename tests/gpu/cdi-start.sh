@@ -143,6 +143,8 @@ for _ in 1 2 3 4 5 6; do
     run cdi-staged none --device c.start.example/gpu=all
 done
 grep "phases ms" "$rundir/nvc.log" | tee "$out/phases.txt"
+# What each container's poststop took away (Podman runs the hooks.d file's itself).
+grep "ended:" "$rundir/nvc.log" | tee "$out/ended.txt" | sed 's/^[0-9.]* //' | sort | uniq -c
 # The staged container sees the driver as the other: its libraries by soname.
 "${P[@]}" --hooks-dir "$work/none" run --rm --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
     --device c.start.example/gpu=all localhost/nvc-start:latest sh -c \
