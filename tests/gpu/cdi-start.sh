@@ -149,5 +149,34 @@ grep "ended:" "$rundir/nvc.log" | tee "$out/ended.txt" | sed 's/^[0-9.]* //' | s
 "${P[@]}" --hooks-dir "$work/none" run --rm --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
     --device c.start.example/gpu=all localhost/nvc-start:latest sh -c \
     'ls -l /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/bin/nvidia-smi; /usr/bin/nvidia-smi -L'
+# With the strace that tests/gpu/prepare.sh gathers (carried as .device-carry/strace):
+# the hooks' system calls, through a wrapper named in a copy of each configuration.
+if [ -x "$carry/strace/strace" ]; then
+    wrapper=$rundir/nvc-hook
+    printf '#!/bin/sh\nexec env LD_LIBRARY_PATH=%s %s -E LD_LIBRARY_PATH -f -ff -T -o %s -- %s "$@"\n' \
+        "$carry/strace/lib" "$carry/strace/strace" "$rundir/t" "$carry/bin/nvc-hook" >"$wrapper"
+    chmod 755 "$wrapper"
+    # Two files, so that the poststop runs as `nvc-hook poststop` and is told apart.
+    mkdir -p "$work/hooks.d-strace"
+    python3 - "$work/hooks.d/oci-nvc-hook.json" "$work/hooks.d-strace" "$wrapper" <<'PY'
+import json, sys
+hook = json.load(open(sys.argv[1]))
+hook["hook"]["path"] = sys.argv[3]
+for stage in ("prestart", "poststop"):
+    one = json.loads(json.dumps(hook))
+    one["stages"] = [stage]
+    one["hook"]["args"] = ["nvc-hook", stage]
+    json.dump(one, open("%s/oci-nvc-hook-%s.json" % (sys.argv[2], stage), "w"))
+PY
+    d=/etc/cdi/nvc-start-d.json
+    sed "s|$carry/bin/nvc-hook|$wrapper|g; s|a.start.example|d.start.example|" "$a" >"$d"
+    sed -i 's/level = "debug"/level = "info"/' "$NVC_CONFIG"
+    for _ in 1 2 3 4 5; do
+        run hooks.d hooks.d-strace -e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=all
+        run cdi none --device d.start.example/gpu=all
+    done
+    rm -f "$d"
+    python3 tests/gpu/strace-summary.py "$rundir/t" 25 | tee "$out/strace.txt"
+fi
 rm -rf "$rundir"
 exit 0

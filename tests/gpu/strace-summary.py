@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Summarises `strace -f -ff -T -o PREFIX` output by program: for each kind of process
-that ran (nvc-hook prestart, nvc-hook poststop, nvc-floor prestart, nvc-floor poststop),
+that ran (nvc-hook prestart, poststop and cdi-setup, nvc-floor prestart and poststop),
 the median over its processes of the system calls made and the time spent in them, then
 per system call the median count and microseconds per process.
 
@@ -13,8 +13,9 @@ import statistics
 import sys
 
 KINDS = {
-    "nvc-hook prestart": re.compile(r'^execve\("[^"]*nvc-hook", \["nvc-hook", "prestart"'),
-    "nvc-hook poststop": re.compile(r'^execve\("[^"]*nvc-hook", \["nvc-hook", "poststop"'),
+    "nvc-hook prestart": re.compile(r'^execve\("[^"]*nvc-hook", \["[^"]*"(?:\.\.\.)?, "prestart"'),
+    "nvc-hook poststop": re.compile(r'^execve\("[^"]*nvc-hook", \["[^"]*"(?:\.\.\.)?, "poststop"'),
+    "nvc-hook cdi-setup": re.compile(r'^execve\("[^"]*nvc-hook", \["[^"]*"(?:\.\.\.)?, "cdi-setup"'),
     "nvc-floor prestart": re.compile(r'^execve\("[^"]*nvc-floor", \["nvc-floor", "prestart"'),
     "nvc-floor poststop": re.compile(r'^execve\("[^"]*nvc-floor", \["nvc-floor", "poststop"'),
 }
