@@ -45,15 +45,21 @@ pub(super) fn podman_hooks_dir(w: &World) -> PathBuf {
     dir
 }
 
-#[test]
-#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
-fn podman_runs_nvc_hook_from_its_hooks_dir() {
-    let w = World::new();
-    let podman = Podman::new(&w.path("podman"), &podman_hooks_dir(&w))
+/// This host's podman with nvc's hooks.d folder ([`podman_hooks_dir`]) and the test image.
+fn podman_with_image(w: &World) -> Podman {
+    let podman = Podman::new(&w.path("podman"), &podman_hooks_dir(w))
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     podman
         .import(&w.tarball, IMAGE)
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    podman
+}
+
+#[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
+fn podman_runs_nvc_hook_from_its_hooks_dir() {
+    let w = World::new();
+    let podman = podman_with_image(&w);
     let gpus = w.gpus();
     let run = |env: &[&str]| {
         // Podman's default capabilities lack CAP_MKNOD, which PROBE's device cgroup check
@@ -314,11 +320,7 @@ fn podman58_runs_gpu_containers_through_its_hooks_dir_and_cdi() {
 #[ignore = "needs root: dockerd, containerd, podman, device nodes"]
 fn a_podman_hooks_d_container_leaves_its_layer_as_the_image_was() {
     let w = World::new();
-    let podman = Podman::new(&w.path("podman"), &podman_hooks_dir(&w))
-        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
-    podman
-        .import(&w.tarball, IMAGE)
-        .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
+    let podman = podman_with_image(&w);
     let image = w.dir.path().join("rootfs");
     let cgroup_parent = format!("/{}", podman.cgroup_parent);
     let mut args = vec![
