@@ -22,14 +22,9 @@ work=$(mktemp -d /tmp/nvc-cdi-start.XXXXXX)
 # nvc's state and log on a tmpfs, as /run/nvc is.
 rundir=$(mktemp -d /run/nvc-cdi-start.XXXXXX)
 . tests/gpu/install-runc.sh
+. tests/gpu/install-podman.sh
 pd=$work/podman-bin
-mkdir -p "$pd" && xz -dc "$carry/check/podman.tar.xz" | tar -C "$pd" -xf - || { echo "FAIL unpack Podman"; exit 1; }
-mkdir -p /usr/local/lib/nvc-engines
-for lib in "$pd"/lib/*.so*; do
-    name=$(basename "$lib")
-    ldconfig -p | grep -q "^[[:space:]]$name " || cp "$lib" /usr/local/lib/nvc-engines/
-done
-echo /usr/local/lib/nvc-engines >/etc/ld.so.conf.d/zz-nvc-engines.conf && ldconfig
+install_podman "$carry/check/podman.tar.xz" "$pd" || { echo "FAIL unpack Podman"; exit 1; }
 
 cat >"$work/config.toml" <<TOML
 [hook]

@@ -42,20 +42,11 @@ if [ -s .device-carry/bench/nvidia-toolkit.tar.xz ]; then
         toolkit=(--nvidia-toolkit "$tmp/toolkit/upstream")
 fi
 [ ${#toolkit[@]} = 0 ] && echo "NVIDIA's Container Toolkit not carried (.device-carry/bench/nvidia-toolkit.tar.xz): the benchmark runs without it"
-# Podman 5.4 with conmon and netavark; the libraries this machine lacks installed as
-# tests/gpu/engines.sh installs them.
+# Podman 5.4 with conmon and netavark.
+. tests/gpu/install-podman.sh
 podman=()
-if [ -s .device-carry/check/podman.tar.xz ]; then
-    pd=$tmp/podman
-    if mkdir -p "$pd" && xz -dc .device-carry/check/podman.tar.xz | tar -C "$pd" -xf -; then
-        mkdir -p /usr/local/lib/nvc-engines
-        for lib in "$pd"/lib/*.so*; do
-            name=$(basename "$lib")
-            ldconfig -p | grep -q "^[[:space:]]$name " || cp "$lib" /usr/local/lib/nvc-engines/
-        done
-        echo /usr/local/lib/nvc-engines >/etc/ld.so.conf.d/zz-nvc-engines.conf && ldconfig
-        podman=(--podman "$pd/bin/podman")
-    fi
+if [ -s .device-carry/check/podman.tar.xz ] && install_podman .device-carry/check/podman.tar.xz "$tmp/podman"; then
+    podman=(--podman "$tmp/podman/bin/podman")
 fi
 [ ${#podman[@]} = 0 ] && echo "Podman not carried (.device-carry/check/podman.tar.xz): the benchmark runs without it"
 NVC_BENCH_COMMIT=$(cat .device-carry/commit 2>/dev/null) .device-carry/bin/nvc-bench --real \
