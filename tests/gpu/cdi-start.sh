@@ -48,11 +48,24 @@ PY
 # take no part), in /etc/cdi, which every Podman reads.
 mkdir -p /etc/cdi
 a=/etc/cdi/nvc-start-a.json b=/etc/cdi/nvc-start-b.json c=/etc/cdi/nvc-start-c.json
-trap 'rm -f "$a" "$b" "$c"' EXIT
+e=/etc/cdi/nvc-start-e.json f=/etc/cdi/nvc-start-f.json
+trap 'rm -f "$a" "$b" "$c" "$e" "$f"' EXIT
 "$carry/bin/nvc" cdi generate --vendor a.start.example --output "$a" || { echo "FAIL nvc cdi generate"; exit 1; }
-python3 - "$a" "$b" "$c" <<'PY'
+python3 - "$a" "$b" "$c" "$e" "$f" <<'PY'
 import json, os, sys
 s = json.load(open(sys.argv[1]))
+# e and f: the hook without the /proc mask, at createContainer (e) and at createRuntime (f),
+# where the runtime's own process runs it instead of the container's init: what the
+# stage costs. (At createRuntime the hook works on the host's view of the rootfs, which
+# lacks the runtime's mounts: a timing, not a working container.)
+for path, kind, stage in ((sys.argv[4], "e", "createContainer"), (sys.argv[5], "f", "createRuntime")):
+    x = json.loads(json.dumps(s))
+    x["kind"] = kind + ".start.example/gpu"
+    hook = x["containerEdits"]["hooks"][0]
+    at = hook["args"].index("--proc-root")
+    hook["args"] = hook["args"][:at] + hook["args"][at + 2:]
+    hook["hookName"] = stage
+    json.dump(x, open(path, "w"))
 # c: the library and program files mounted under one tmpfs at /.nvc, as the prestart hook
 # stages them under /dev/.nvc (the folder's FNV-1a hash), linked from where they belong.
 c = json.loads(json.dumps(s))
@@ -113,6 +126,8 @@ all() { # all [LABEL]: one run of each configuration
     run cdi none --device a.start.example/gpu=all
     run cdi-no-hooks none --device b.start.example/gpu=all
     run cdi-staged none --device c.start.example/gpu=all
+    run cdi-no-mask none --device e.start.example/gpu=all
+    run cdi-no-mask-createRuntime none --device f.start.example/gpu=all
 }
 all && all && rm -f "$work/times"
 for _ in $(seq "$runs"); do all; done
