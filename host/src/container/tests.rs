@@ -652,24 +652,36 @@ fn mkdir_all_under_a_flipping_link_says_why_or_that_it_kept_changing() {
         host_symlink(&sandbox.outside, lib.join(".swap")).unwrap();
         let dir = rustix::fs::open(&lib, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
+        let swapped = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let flipper = {
-            let stop = Arc::clone(&stop);
+            let (stop, swapped) = (Arc::clone(&stop), Arc::clone(&swapped));
             std::thread::spawn(move || {
-                let mut swaps = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let flags = RenameFlags::EXCHANGE;
                     if rustix::fs::renameat_with(&dir, ".swap", &dir, "x86_64-linux-gnu", flags)
                         .is_ok()
                     {
-                        swaps += 1;
+                        swapped.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                swaps
+                swapped.load(Ordering::Relaxed)
             })
         };
+        // On a loaded machine the flipper may not run for a while: the walks start once it
+        // has, and go on past 5000 until it swapped meanwhile (10 s at most).
+        let started = Instant::now();
+        while swapped.load(Ordering::Relaxed) == 0 && started.elapsed() < Duration::from_secs(10) {
+            std::thread::yield_now();
+        }
+        let before = swapped.load(Ordering::Relaxed);
         let root = ContainerRoot::open_with(&rootfs, resolver).unwrap();
         let (mut made, mut dangling, mut raced) = (0, 0, 0);
-        for _ in 0..5000 {
+        let mut walks = 0;
+        while walks < 5000
+            || (swapped.load(Ordering::Relaxed) == before
+                && started.elapsed() < Duration::from_secs(10))
+        {
+            walks += 1;
             match root.mkdir_all(Path::new("/usr/lib/x86_64-linux-gnu/vdpau"), 0o755) {
                 Ok(fd) => {
                     assert!(host_path_of(&fd).starts_with(&rootfs), "{resolver:?}");
@@ -688,8 +700,9 @@ fn mkdir_all_under_a_flipping_link_says_why_or_that_it_kept_changing() {
         stop.store(true, Ordering::Relaxed);
         let swaps = flipper.join().unwrap();
         assert!(
-            swaps > 0 && made > 0,
-            "{resolver:?}: {swaps} swaps, {made} made"
+            swaps > before && made > 0,
+            "{resolver:?}: {} swaps during {walks} walks, {made} made",
+            swaps - before
         );
         assert_eq!(
             sandbox.snapshot(),
