@@ -125,19 +125,40 @@ fn runc_with_the_spec_applied_gets_the_gpu_and_loads_libcuda() {
     assert_eq!(std::fs::read(rootfs.ld_cache()).unwrap(), cache);
 }
 
+/// After [`LIST_NODES`]: a script listing a container's `/dev/nvidia-caps` nodes, then
+/// probing libcuda.
+const MIG_NODES: &str = "for n in /dev/nvidia-caps/*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; nvc-probe";
+
+/// A host whose fake driver has MIG devices.
+fn mig_host() -> Host {
+    Host::with(FakeDriverSpec {
+        mig: true,
+        ..FakeDriverSpec::default()
+    })
+}
+
+/// The `/dev/nvidia-caps` nodes of GPU instance `gi`'s capabilities on `h`'s fake driver,
+/// as `nodes_inside` lists them, sorted.
+fn cap_nodes(h: &Host, gi: u32) -> Vec<String> {
+    let mut nodes: Vec<String> = h
+        .fake
+        .spec
+        .mig_caps()
+        .iter()
+        .filter(|c| c.gi == gi)
+        .map(|c| format!("/dev/nvidia-caps/nvidia-cap{} 241:{}", c.minor, c.minor))
+        .collect();
+    nodes.sort();
+    nodes
+}
+
 #[test]
 #[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn runc_with_a_mig_device_gets_its_parent_and_capability_nodes_only() {
-    let h = Host::with(FakeDriverSpec {
-        mig: true,
-        ..FakeDriverSpec::default()
-    });
+    let h = mig_host();
     let rootfs = h.rootfs("rootfs");
     let parent = &h.gpus_in_bus_order()[0];
-    let caps = h.fake.spec.mig_caps();
-    let script = format!(
-        "{LIST_NODES}; for n in /dev/nvidia-caps/*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; nvc-probe"
-    );
+    let script = format!("{LIST_NODES}; {MIG_NODES}");
     // By index, and by the UUID NVML gives it (the name NVIDIA's device plugin uses).
     let uuid = h.fake.spec.mig_devices()[1].uuid.clone();
     for name in ["0:1", uuid.as_str()] {
@@ -149,12 +170,7 @@ fn runc_with_a_mig_device_gets_its_parent_and_capability_nodes_only() {
             "{name}: {out:?}"
         );
         // GPU instance 2 and its compute instance: MIG device 1 of GPU 0.
-        let mut want: Vec<String> = caps
-            .iter()
-            .filter(|c| c.gi == 2)
-            .map(|c| format!("/dev/nvidia-caps/nvidia-cap{} 241:{}", c.minor, c.minor))
-            .collect();
-        want.sort();
+        let want = cap_nodes(&h, 2);
         let mut got: Vec<String> = nodes_inside(&out.stdout)
             .into_iter()
             .filter(|n| n.starts_with("/dev/nvidia-caps/"))
@@ -636,23 +652,13 @@ fn shim_takes_cdi_names_in_nvidia_visible_devices() {
 #[test]
 #[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
 fn shim_takes_mig_devices_by_cdi_name_and_uuid() {
-    let h = Host::with(FakeDriverSpec {
-        mig: true,
-        ..FakeDriverSpec::default()
-    });
+    let h = mig_host();
     let rootfs = h.rootfs("rootfs");
     let parent = &h.gpus_in_bus_order()[0];
-    let caps = h.fake.spec.mig_caps();
-    let script = format!(
-        "{LIST_NODES}; for n in /dev/nvidia-caps/*; do [ -c $n ] && echo node $(stat -c '%n %t:%T' $n); done; nvc-probe"
-    );
+    let script = format!("{LIST_NODES}; {MIG_NODES}");
     for mig in h.fake.spec.mig_devices() {
         let mut want = vec![format!("/dev/nvidia{} 195:{}", parent.minor, parent.minor)];
-        want.extend(
-            caps.iter()
-                .filter(|c| c.gi == mig.gi)
-                .map(|c| format!("/dev/nvidia-caps/nvidia-cap{} 241:{}", c.minor, c.minor)),
-        );
+        want.extend(cap_nodes(&h, mig.gi));
         want.sort();
         let name = format!("nvidia.com/gpu={}", mig.uuid);
         for (env, annotations) in [
