@@ -11,14 +11,26 @@
 //! prestart path ([`crate::lifecycle::poststop`]). The same rules decide whether a record
 //! is kept (`hook.leave-no-trace`, and a poststop hook of nvc's in the container's
 //! spec). The record names the container's init by its pid in the host's PID namespace:
-//! the state's `pid` is the init's `getpid()`, 1 in a new PID namespace, so the hook
-//! reads its parent, the init that runs it, from `/proc/self/stat` of the host's procfs,
-//! still at `/proc`. The mount points the engine made for the spec's mounts, and the
+//! at `createRuntime` (`--enter`) the state's `pid`; at `createContainer` the state's
+//! `pid` is the init's `getpid()`, 1 in a new PID namespace, so the hook reads its
+//! parent, the init that runs it, from `/proc/self/stat` of the host's procfs, still at
+//! `/proc`. The mount points the engine made for the spec's mounts, and the
 //! mask's mount, are the engine's and go with the container's mounts, not with nvc.
 //!
 //! # The stage, and why it is safe
 //!
-//! They are `createContainer` hooks. The OCI runtime spec runs those *in the container's
+//! The spec `libnvc::cdi::generate` writes runs `cdi-setup --enter` at `createRuntime`:
+//! the runtime's own process starts it once the container's mounts are made, before
+//! `pivot_root`, with the init's host pid in the state; the hook enters the container's
+//! mount namespace through that pid ([`crate::container::enter_mount_namespace`], the
+//! prestart hook's own: a pidfd, and a namespace that must not be the hook's own) and is
+//! then where a `createContainer` hook starts, below. runc runs `createContainer` hooks
+//! from its container's init, a Go process held to one thread, which writes the hook's
+//! state to its stdin late (2 to 15 ms on the H100); from runc's own process it comes at
+//! once.
+//!
+//! The hooks of earlier specs, and `cdi-setup` without `--enter`, are `createContainer`
+//! hooks. The OCI runtime spec runs those *in the container's
 //! namespaces*, after the runtime has made the container's mounts (so the driver files the
 //! spec bind-mounts are in place) and before `pivot_root`; the hook's path resolves in the
 //! runtime's namespace. runc runs them from its `init` process, in the new mount
@@ -100,7 +112,7 @@ pub enum CdiHookError {
     /// it read-only before the createContainer hooks, which runc and newer crun do after.
     #[error(
         "the container's rootfs is read-only (root.readonly) and the runtime made it so \
-         before running the createContainer hooks, so the driver's soname links cannot be \
+         before running nvc's CDI hook, so the driver's soname links cannot be \
          made: older crun releases do this (1.21 does; 1.28 and runc do not); use a newer \
          crun or runc, or a writable rootfs"
     )]
@@ -139,12 +151,22 @@ pub enum CdiHookError {
         /// The rootfs.
         rootfs: PathBuf,
     },
+    /// `cdi-setup --enter` got no host pid of the container's init in its state.
+    #[error(
+        "cdi-setup --enter needs the container's init as the host sees it in the state's \
+         pid, and got {0}: the spec runs it at a stage where the runtime reports the pid \
+         inside the container (createContainer); run it at createRuntime, as the spec `nvc \
+         cdi generate` writes does"
+    )]
+    EnterPid(i32),
 }
 
 #[derive(Deserialize)]
 struct State {
     #[serde(default)]
     id: String,
+    #[serde(default)]
+    pid: i32,
     bundle: PathBuf,
 }
 
@@ -189,6 +211,14 @@ pub fn run_recorded(
     let spec_value = spec::read_spec(&RealHost, &parsed.bundle.join("config.json"))?;
     let view = spec::view(&spec_value, &parsed.bundle)?;
     phases.mark("spec");
+    // The container's init in the host's PID namespace: the state's pid where the hook
+    // enters its mount namespace (`--enter`, at createRuntime), else the hook's parent.
+    let enter = matches!(hook, CdiHook::Setup { enter: true, .. });
+    let init = match enter {
+        true if parsed.pid > 1 => Some(parsed.pid),
+        true => return Err(CdiHookError::EnterPid(parsed.pid)),
+        false => init_pid(),
+    };
     let keep = !parsed.id.is_empty() && libnvc::plan::keeps_record(config, &view, &spec_value);
     let lock = match keep {
         true => untraced(StateDir::of(config).lock_rootfs(&view.rootfs)),
@@ -202,9 +232,18 @@ pub fn run_recorded(
             &parsed.id,
             &parsed.bundle,
             &view.rootfs,
-            init_pid().unwrap_or(0),
+            init.unwrap_or(0),
         ))
     });
+    if enter {
+        if let Err(e) = crate::container::enter_mount_namespace(parsed.pid) {
+            if let (Some(lock), Some(record)) = (&lock, record) {
+                record.remove(lock);
+            }
+            return Err(e.into());
+        }
+        phases.mark("enter");
+    }
     let root = ContainerRoot::open(&view.rootfs)?;
     if let Some(record) = &record {
         root.journal_to(record.journal());
@@ -268,6 +307,7 @@ fn set_up(
         folders,
         compat_above,
         proc_root,
+        ..
     } = hook
     else {
         return run_in(hook, view, root);

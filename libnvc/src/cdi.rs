@@ -62,9 +62,13 @@ pub const DEVICE_PLUGIN_VENDOR: &str = "k8s.device-plugin.nvidia.com";
 pub const ALL_DEVICE: &str = "all";
 /// The hooks' whole environment: a fixed PATH, nothing from the container or the caller.
 pub const HOOK_ENV_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-/// The OCI hook stage the spec's hooks run in: in the container's mount namespace, after
-/// the runtime made the mounts and before `pivot_root` (see [`hooks`]).
+/// The OCI hook stage of the hooks of earlier specs: in the container's mount namespace,
+/// after the runtime made the mounts and before `pivot_root` (see [`hooks`]).
 pub const HOOK_STAGE: &str = "createContainer";
+/// The OCI hook stage of the spec's `cdi-setup --enter`: in the runtime's namespaces, after
+/// the runtime made the container's mounts and before `pivot_root`, started by the
+/// runtime's own process (see [`hooks`]).
+pub const SETUP_STAGE: &str = "createRuntime";
 
 /// The OCI hook stage of the hook that takes away what the set-up made: after the
 /// container ended, in the runtime's namespace.
@@ -349,6 +353,7 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
     let proc_root = (!driver.gpus.is_empty()).then(|| driver.roots.proc_root.clone());
     let has_work = !links.is_empty() || !folders.is_empty() || proc_root.is_some();
     let setup = hooks::CdiHook::Setup {
+        enter: true,
         compat_above: (!folders.is_empty()).then(|| driver.version()).flatten(),
         links,
         folders,
@@ -356,7 +361,7 @@ pub fn generate(driver: &Driver, options: &GenerateOptions) -> Result<Spec, CdiE
     };
     if has_work {
         spec_hooks.push(CdiHookEntry {
-            hook_name: HOOK_STAGE.to_string(),
+            hook_name: SETUP_STAGE.to_string(),
             path: hook_path.clone(),
             args: setup.args()?,
             env: hook_env.clone(),
@@ -534,11 +539,12 @@ mod tests {
             spec.container_edits.hooks,
             [
                 CdiHookEntry {
-                    hook_name: HOOK_STAGE.into(),
+                    hook_name: SETUP_STAGE.into(),
                     path: "/usr/bin/nvc-hook".into(),
                     args: vec![
                         "nvc-hook".into(),
                         "cdi-setup".into(),
+                        "--enter".into(),
                         "--proc-root".into(),
                         "/proc".into()
                     ],

@@ -5,8 +5,16 @@
 # spec's mounts and nodes), and through the spec with its files mounted on a tmpfs of its
 # own at /.nvc and named in their folders by links (`staged`), alternated; then a few runs of each GPU configuration with
 # nvc's log at debug level, whose `phases ms` lines say where each hook's time went.
+# `true-createContainer` and `true-createRuntime` are the spec without nvc's hooks plus one
+# `/bin/true` hook at that stage (what runc's running of a hook costs there, nvc aside);
+# `cdi-no-poststop` is nvc's spec without its poststop hook; `cdi-nodes-only` the spec's
+# device nodes alone (no mount, no hook: what Podman's CDI costs, mounts aside); `volumes`
+# no CDI but the spec's mounts given to `podman run` as read-only volumes (what Podman and
+# runc cost for those mounts, CDI aside).
 # Needs what tests/gpu/prepare.sh packs into .device-carry/check (Podman, runc, nvc).
 # Usage: tests/gpu/cdi-start.sh OUT_DIR [RUNS]
+# Environment: CDI_START_CONFIGS (the configurations to alternate, default all of them);
+# CDI_START_STORAGE=tmpfs puts Podman's storage on a tmpfs (less of the disk's noise).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: cdi-start.sh OUT_DIR [RUNS]}
@@ -36,6 +44,9 @@ level = "info"
 TOML
 export NVC_CONFIG=$work/config.toml
 mkdir -p "$work"/{root,runroot,tmp,hooks.d,none}
+if [ "${CDI_START_STORAGE:-disk}" = tmpfs ]; then
+    mount -t tmpfs -o size=2g nvc-cdi-start "$work/root" || { echo "FAIL tmpfs for Podman's storage"; exit 1; }
+fi
 "$carry/bin/nvc" runtime configure --runtime podman --config "$work/hooks.d/oci-nvc-hook.json" \
     --hook-path "$carry/bin/nvc-hook" >/dev/null
 python3 - "$work/hooks.d/oci-nvc-hook.json" "$NVC_CONFIG" <<'PY'
@@ -45,15 +56,39 @@ j["hook"].setdefault("env", []).append("NVC_CONFIG=" + sys.argv[2])
 json.dump(j, open(sys.argv[1], "w"))
 PY
 # The specs, under kinds of this script's own (the host's nvidia.com/gpu specs, if any,
-# take no part), in /etc/cdi, which every Podman reads.
-mkdir -p /etc/cdi
-a=/etc/cdi/nvc-start-a.json b=/etc/cdi/nvc-start-b.json c=/etc/cdi/nvc-start-c.json
-e=/etc/cdi/nvc-start-e.json f=/etc/cdi/nvc-start-f.json
-trap 'rm -f "$a" "$b" "$c" "$e" "$f"' EXIT
+# take no part), in /etc/cdi, which every Podman reads. Podman reads and checks every spec
+# there on each start: a configuration's spec is put there for its own runs only (`run`).
+mkdir -p /etc/cdi "$work/specs"
+s=$work/specs
+a=$s/nvc-start-a.json b=$s/nvc-start-b.json c=$s/nvc-start-c.json
+e=$s/nvc-start-e.json f=$s/nvc-start-f.json
+g=$s/nvc-start-g.json h=$s/nvc-start-h.json i=$s/nvc-start-i.json
+j=$s/nvc-start-j.json
+trap 'rm -f /etc/cdi/nvc-start-?.json' EXIT
 "$carry/bin/nvc" cdi generate --vendor a.start.example --output "$a" || { echo "FAIL nvc cdi generate"; exit 1; }
-python3 - "$a" "$b" "$c" "$e" "$f" <<'PY'
+python3 - "$a" "$b" "$c" "$e" "$f" "$g" "$h" "$i" "$j" "$work/volumes" <<'PY'
 import json, os, sys
 s = json.load(open(sys.argv[1]))
+x = json.loads(json.dumps(s))
+x["kind"] = "j.start.example/gpu"
+x["containerEdits"].pop("hooks", None)
+x["containerEdits"].pop("mounts", None)
+json.dump(x, open(sys.argv[9], "w"))
+with open(sys.argv[10], "w") as out:
+    for m in s["containerEdits"].get("mounts", []):
+        if m.get("type", "bind") == "bind" or "bind" in m.get("options", []):
+            out.write("-v\n%s:%s:ro\n" % (m["hostPath"], m["containerPath"]))
+# g and h: no nvc hook, one /bin/true at createContainer (g) or createRuntime (h);
+# i: nvc's spec without its poststop hook.
+for path, kind, stage in ((sys.argv[6], "g", "createContainer"), (sys.argv[7], "h", "createRuntime")):
+    x = json.loads(json.dumps(s))
+    x["kind"] = kind + ".start.example/gpu"
+    x["containerEdits"]["hooks"] = [{"hookName": stage, "path": "/bin/true", "args": ["true"]}]
+    json.dump(x, open(path, "w"))
+x = json.loads(json.dumps(s))
+x["kind"] = "i.start.example/gpu"
+x["containerEdits"]["hooks"] = [h for h in x["containerEdits"]["hooks"] if h.get("hookName") != "poststop"]
+json.dump(x, open(sys.argv[8], "w"))
 # e and f: the hook without the /proc mask, at createContainer (e) and at createRuntime (f),
 # where the runtime's own process runs it instead of the container's init: what the
 # stage costs. (At createRuntime the hook works on the host's view of the rootfs, which
@@ -112,22 +147,41 @@ echo "$("${P[@]}" version --format 'Podman {{.Client.Version}}'), $(/usr/local/s
 
 run() { # run NAME HOOKS-DIR PODMAN-RUN-ARGS...: one timed `podman run --rm`, in µs
     local name=$1 hooks=$2; shift 2
-    local t0 t1
+    local t0 t1 arg spec=
+    for arg; do
+        case $arg in ?.start.example/gpu=all) spec=nvc-start-${arg%%.*}.json ;; esac
+    done
+    [ -z "$spec" ] || [ ! -e "$work/specs/$spec" ] || cp "$work/specs/$spec" /etc/cdi/
     t0=$(date +%s%N)
     "${P[@]}" --hooks-dir "$work/$hooks" run --rm --network none --ulimit nofile=1024:1024 \
         --ulimit nproc=1024:1024 "$@" localhost/nvc-start:latest /bin/true ||
         echo "FAIL $name" >&2
     t1=$(date +%s%N)
+    [ -z "$spec" ] || [ ! -e "$work/specs/$spec" ] || rm -f "/etc/cdi/$spec"
     echo "$name $(((t1 - t0) / 1000))" >>"$work/times"
 }
-all() { # all [LABEL]: one run of each configuration
-    run plain none
-    run hooks.d hooks.d -e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=all
-    run cdi none --device a.start.example/gpu=all
-    run cdi-no-hooks none --device b.start.example/gpu=all
-    run cdi-staged none --device c.start.example/gpu=all
-    run cdi-no-mask none --device e.start.example/gpu=all
-    run cdi-no-mask-createRuntime none --device f.start.example/gpu=all
+one() { # one CONFIGURATION: one run of it
+    case $1 in
+    plain) run plain none ;;
+    hooks.d) run hooks.d hooks.d -e NVIDIA_VISIBLE_DEVICES=all -e NVIDIA_DRIVER_CAPABILITIES=all ;;
+    cdi) run cdi none --device a.start.example/gpu=all ;;
+    cdi-no-hooks) run cdi-no-hooks none --device b.start.example/gpu=all ;;
+    cdi-staged) run cdi-staged none --device c.start.example/gpu=all ;;
+    cdi-no-mask) run cdi-no-mask none --device e.start.example/gpu=all ;;
+    cdi-no-mask-createRuntime) run cdi-no-mask-createRuntime none --device f.start.example/gpu=all ;;
+    true-createContainer) run true-createContainer none --device g.start.example/gpu=all ;;
+    true-createRuntime) run true-createRuntime none --device h.start.example/gpu=all ;;
+    cdi-no-poststop) run cdi-no-poststop none --device i.start.example/gpu=all ;;
+    cdi-nodes-only) run cdi-nodes-only none --device j.start.example/gpu=all ;;
+    volumes) run volumes none "${volumes[@]}" ;;
+    *) echo "FAIL no configuration $1" >&2; exit 2 ;;
+    esac
+}
+mapfile -t volumes <"$work/volumes"
+configs=${CDI_START_CONFIGS:-plain hooks.d cdi cdi-no-hooks cdi-staged cdi-no-mask cdi-no-mask-createRuntime true-createContainer true-createRuntime cdi-no-poststop cdi-nodes-only volumes}
+all() { # one run of each configuration
+    local c
+    for c in $configs; do one "$c"; done
 }
 all && all && rm -f "$work/times"
 for _ in $(seq "$runs"); do all; done
@@ -156,6 +210,7 @@ grep "phases ms" "$rundir/nvc.log" | tee "$out/phases.txt"
 # What each container's poststop took away (Podman runs the hooks.d file's itself).
 grep "ended:" "$rundir/nvc.log" | tee "$out/ended.txt" | sed 's/^[0-9.]* //' | sort | uniq -c
 # The staged container sees the driver as the other: its libraries by soname.
+cp "$c" /etc/cdi/
 "${P[@]}" --hooks-dir "$work/none" run --rm --network none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
     --device c.start.example/gpu=all localhost/nvc-start:latest sh -c \
     'ls -l /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/bin/nvidia-smi; /usr/bin/nvidia-smi -L'
@@ -188,5 +243,6 @@ PY
     rm -f "$d"
     python3 tests/gpu/strace-summary.py "$rundir/t" 25 | tee "$out/strace.txt"
 fi
+[ "${CDI_START_STORAGE:-disk}" = tmpfs ] && { "${P[@]}" rm -af >/dev/null 2>&1; umount -l "$work/root"; }
 rm -rf "$rundir"
 exit 0

@@ -111,7 +111,8 @@ pub struct CdiDeviceNode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CdiHookEntry {
-    /// The OCI stage, [`HOOK_STAGE`](super::HOOK_STAGE).
+    /// The OCI stage: [`SETUP_STAGE`](super::SETUP_STAGE), [`POSTSTOP_STAGE`](super::POSTSTOP_STAGE), or
+    /// [`HOOK_STAGE`](super::HOOK_STAGE) in earlier specs.
     pub hook_name: String,
     /// The executable, absolute, on the host.
     pub path: String,

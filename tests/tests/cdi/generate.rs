@@ -159,7 +159,7 @@ fn generated_spec_describes_the_fake_driver() {
         assert_eq!(hook["env"], json!([HOOK_ENV]));
         assert_eq!(hook["args"][0], "nvc-hook");
     }
-    assert_eq!(hooks[0]["hookName"], "createContainer");
+    assert_eq!(hooks[0]["hookName"], "createRuntime");
     assert_eq!(hooks[1]["hookName"], "poststop");
     assert_eq!(hooks[1]["args"], json!(["nvc-hook", "poststop"]));
     let setup: Vec<&str> = hooks[0]["args"]
@@ -168,7 +168,7 @@ fn generated_spec_describes_the_fake_driver() {
         .iter()
         .map(|a| a.as_str().unwrap())
         .collect();
-    assert_eq!(setup[1], "cdi-setup");
+    assert_eq!(setup[1..3], ["cdi-setup", "--enter"]);
     assert!(setup.contains(&&*format!("libcuda.so.999.88.77::{LIB}/libcuda.so.1")));
     assert!(setup.contains(&&*format!(
         "libnvidia-ml.so.999.88.77::{LIB}/libnvidia-ml.so.1"

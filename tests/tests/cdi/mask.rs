@@ -31,7 +31,7 @@ fn mask_hook(h: &Host) -> Value {
 fn every_cdi_container_runs_the_mask_hook_and_starts() {
     let h = Host::new();
     let hook = mask_hook(&h);
-    assert_eq!(hook["hookName"], "createContainer");
+    assert_eq!(hook["hookName"], "createRuntime");
     let args = hook["args"].as_array().unwrap();
     assert_eq!(
         args[args.len() - 2..],
@@ -241,6 +241,8 @@ fn soname_links_on_a_rootfs_made_read_only_before_the_hooks_say_why() {
         .iter()
         .skip(1)
         .map(|a| a.as_str().unwrap().to_string())
+        // As an earlier spec's createContainer hook, where the runtime's remount shows.
+        .filter(|a| a != "--enter")
         .collect::<Vec<_>>();
     let args: Vec<&str> = links.iter().map(String::as_str).collect();
     let before = tree_digest(&rootfs.path);
@@ -261,10 +263,65 @@ fn soname_links_on_a_rootfs_made_read_only_before_the_hooks_say_why() {
         // Only a spec that asked for a read-only rootfs is the runtime's early remount;
         // a writable one on a read-only file system is something else, said as it is.
         assert_eq!(
-            stderr.contains("made it so before running the createContainer hooks"),
+            stderr.contains("made it so before running nvc's CDI hook"),
             readonly,
             "readonly {readonly}: {stderr}"
         );
     }
+    assert_eq!(tree_digest(&rootfs.path), before);
+}
+
+#[test]
+#[ignore = "needs root: fake driver trees have device nodes"]
+fn cdi_setup_enter_takes_only_a_containers_init_from_its_state() {
+    // `cdi-setup --enter` (the spec's, at createRuntime) enters the mount namespace of the
+    // state's pid: a pid the runtime reports inside the container (1, at
+    // createContainer), or a process in the hook's own mount namespace (a forged or stale
+    // state), is refused before anything is made.
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let hook = mask_hook(&h);
+    let args: Vec<&str> = hook["args"].as_array().unwrap()[1..]
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--enter"), "{args:?}");
+    let bundle = Bundle::new(&h.dir.path().join("bundle"), &rootfs.path)
+        .unwrap()
+        .write()
+        .unwrap();
+    let before = tree_digest(&rootfs.path);
+    let state = |pid: u32| {
+        json!({"ociVersion": "1.0.2", "id": "enter", "status": "creating",
+               "pid": pid, "bundle": bundle.dir})
+    };
+    let (ok, stderr) = run_hook(&args, &state(1));
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("cdi-setup --enter needs the container's init as the host sees it")
+            && stderr.contains("and got 1"),
+        "{stderr}"
+    );
+    // The hook in this process's own mount namespace, told this process is the
+    // container's init.
+    let mut child = Command::new(workspace_bin("nvc-hook"))
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        child.stdin.as_mut().unwrap(),
+        state(std::process::id()).to_string().as_bytes(),
+    )
+    .unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("is in the hook's own mount namespace, so it is not a container's process"),
+        "{stderr}"
+    );
     assert_eq!(tree_digest(&rootfs.path), before);
 }
