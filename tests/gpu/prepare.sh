@@ -49,6 +49,8 @@ else
 fi
 # The payload hostile.sh puts in images (no compiler on the GPU machine).
 mkdir -p "$carry/poc" && gcc -shared -fPIC -o "$carry/poc/poc.so" tests/gpu/poc.c
+# A CUDA process that holds GPU memory, for tests/gpu/top.sh.
+gcc -O2 -Wall -o "$carry/poc/cuda-hold" tests/gpu/cuda-hold.c
 if [ ! -x "$carry/runc/usr/sbin/runc" ]; then
     (cd "$carry/debs" && apt-get download runc libseccomp2 busybox-static)
     rm -rf "$carry/runc" && mkdir -p "$carry/runc"
