@@ -219,7 +219,17 @@ pub struct RequestsConfig {
     /// Every GPU container holds its GPUs exclusively, as if it had `NVC_EXCLUSIVE=1`;
     /// a container cannot opt out.
     pub exclusive: bool,
+    /// Give no container a GPU the health record (`nvc health update`) reports broken:
+    /// `all` leaves it out, a request naming it is refused.
+    pub health_check: bool,
+    /// The oldest health record, in seconds, that counts; an older one is ignored (0: no
+    /// limit). A record of another boot or driver version is ignored too.
+    pub health_max_age: u64,
 }
+
+/// The default of `requests.health-max-age`, in seconds: five runs of `nvc health watch`
+/// at its default interval.
+pub const DEFAULT_HEALTH_MAX_AGE: u64 = 300;
 
 impl Default for RequestsConfig {
     fn default() -> Self {
@@ -234,6 +244,8 @@ impl Default for RequestsConfig {
             accept_devices_as_volume_mounts: false,
             disable_require: false,
             exclusive: false,
+            health_check: true,
+            health_max_age: DEFAULT_HEALTH_MAX_AGE,
         }
     }
 }

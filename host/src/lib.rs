@@ -32,6 +32,7 @@ pub mod devcgroup;
 pub mod entry;
 pub mod files;
 pub mod files_cache;
+pub mod health;
 pub mod ldcache;
 pub mod leases;
 pub mod lifecycle;

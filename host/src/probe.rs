@@ -121,6 +121,9 @@ impl HostProbe for RealHost {
             source: Box::new(e),
         })
     }
+    fn health_inputs(&self, config: &nvc_config::Config) -> libnvc::health::HealthInputs {
+        crate::health::health_inputs(&crate::state::StateDir::of(config))
+    }
 }
 
 /// The program `name` in the folder of the running program (the host's file, read from
@@ -194,6 +197,9 @@ impl HostProbe for HelperHost {
             library: nvml.to_path_buf(),
             source: Box::new(e),
         })
+    }
+    fn health_inputs(&self, config: &nvc_config::Config) -> libnvc::health::HealthInputs {
+        RealHost.health_inputs(config)
     }
 }
 

@@ -15,6 +15,8 @@
 //!       <container key>/              one container's record (trace): record.json, its
 //!                                     journal `made`, the image's ld.so.cache.orig
 //!   attached/<container key>.json     what nvc attach granted a running container
+//!   gpu-health.json                   the GPUs' health as NVML last reported it (`nvc
+//!                                     health update`), read at every GPU start
 //! <leases dir>/                       GPU leases (leases): .lock, <id>.lease,
 //!                                     <id>.shared-lease
 //! ```
@@ -47,6 +49,8 @@ const ROOTFS: &str = "rootfs";
 const LOCK: &str = "lock";
 /// The folder of nvc attach's records.
 const ATTACHED: &str = "attached";
+/// The GPU health record.
+const HEALTH: &str = "gpu-health.json";
 /// How often taking a rootfs's lock is tried again when its folder was removed under it.
 const ATTEMPTS: usize = 64;
 /// The most of an id shown in a key.
@@ -115,6 +119,12 @@ impl StateDir {
             .collect();
         self.root
             .join(format!("driver-files-{}.json", hex(&digest(&parts))))
+    }
+
+    /// The GPU health record (`libnvc::health::HealthRecord`), one for the host: written
+    /// whole by `nvc health update` (temp file + rename), read by every GPU start.
+    pub fn health_record(&self) -> PathBuf {
+        self.root.join(HEALTH)
     }
 
     /// The record of what `nvc attach` granted container `id` of the runtime whose state

@@ -14,6 +14,7 @@ pub mod devcgroup;
 pub mod discover;
 pub mod edits;
 pub mod elf;
+pub mod health;
 pub mod ldcache;
 pub mod lease;
 pub mod node;

@@ -36,6 +36,7 @@ use crate::discover::{
     self, DeviceNeeds, DiscoverError, Driver, DriverRoots, FilesCache, Reading, Scope,
 };
 use crate::edits::{self, ContainerEdits, ContainerLayout, EditsError};
+use crate::health;
 use crate::oci::namespace::{self, NamespaceError};
 use crate::oci::rootfs::{self, RootfsError};
 use crate::oci::spec::{self, HookEntry, SpecError, SpecView};
@@ -163,6 +164,9 @@ pub enum PlanError {
     /// A requirement does not hold.
     #[error(transparent)]
     Requirement(#[from] Unmet),
+    /// The request names a GPU the health record reports broken.
+    #[error(transparent)]
+    Unhealthy(#[from] health::UnhealthyGpu),
 }
 
 impl PlanError {
@@ -175,7 +179,7 @@ impl PlanError {
             PlanError::Policy { .. } => Step::Policy,
             PlanError::Request(_) => Step::Request,
             PlanError::Discover(_) => Step::Driver,
-            PlanError::Edits(_) => Step::Edits,
+            PlanError::Edits(_) | PlanError::Unhealthy(_) => Step::Edits,
             PlanError::Hook { .. } => Step::Hook,
             PlanError::Requirement(_) => Step::Requirements,
         }
@@ -504,7 +508,10 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
         Stage::Attach => attach::GPUS_OPTION,
         _ => crate::request::VISIBLE_DEVICES,
     };
-    let selected = edits::select(&driver, &request.devices, named_by)?;
+    let mut selected = edits::select(&driver, &request.devices, named_by)?;
+    if config.requests.health_check {
+        screen_health(config, probe, &driver, &request, &mut selected, named_by)?;
+    }
     let edits = edits::build(&driver, &request, &selected, &layout)?;
     progress.edits = Some(edits.clone());
     progress.layout = Some(layout.clone());
@@ -580,6 +587,36 @@ fn plan(inputs: &Inputs<'_>, progress: &mut Progress) -> Result<Plan, PlanError>
             names_mig,
         }),
     })
+}
+
+/// Takes the GPUs the health record reports broken out of `selected` (`all`), or
+/// refuses a request that names one; a record that is not current blocks nothing, and
+/// says why in one log line.
+fn screen_health(
+    config: &Config,
+    probe: &dyn HostProbe,
+    driver: &Driver,
+    request: &Request,
+    selected: &mut edits::Selected<'_>,
+    named_by: &'static str,
+) -> Result<(), PlanError> {
+    if selected.gpus.is_empty() && selected.mig.is_empty() {
+        return Ok(());
+    }
+    let inputs = probe.health_inputs(config);
+    let assessment = health::assess(&inputs, &driver.version, config.requests.health_max_age);
+    let record = match assessment {
+        health::Assessment::Current { record, .. } => record,
+        health::Assessment::Ignored { reason, .. } => {
+            log::info!("GPU health not checked: {reason}");
+            return Ok(());
+        }
+    };
+    let left_out = health::screen(selected, &request.devices, &record, named_by)?;
+    for gpu in left_out {
+        log::warn!("{named_by}=all: left out {gpu} (reset it, then run `nvc health update`)");
+    }
+    Ok(())
 }
 
 /// Whether `path` is an absolute path to an executable file.

@@ -115,6 +115,10 @@ impl HostProbe for MemoProbe<'_> {
     fn mig_devices(&self, nvml: &Path, gpus: &[&str]) -> Result<Vec<NvmlMigDevice>, ProbeError> {
         self.inner.mig_devices(nvml, gpus)
     }
+
+    fn health_inputs(&self, config: &nvc_config::Config) -> crate::health::HealthInputs {
+        self.inner.health_inputs(config)
+    }
 }
 
 #[cfg(test)]
@@ -179,6 +183,14 @@ mod tests {
         }
         fn mig_devices(&self, _: &Path, _: &[&str]) -> Result<Vec<NvmlMigDevice>, ProbeError> {
             Ok(Vec::new())
+        }
+
+        fn health_inputs(&self, _: &nvc_config::Config) -> crate::health::HealthInputs {
+            crate::health::HealthInputs {
+                record: crate::health::RecordFile::Missing,
+                boot_id: None,
+                now: 0,
+            }
         }
     }
 

@@ -128,6 +128,10 @@ pub trait HostProbe {
     /// each one's parent GPU, GPU instance id, compute instance id and UUID. Asked only
     /// for a request that names a MIG device by UUID (`discover::DeviceNeeds::mig_uuids`).
     fn mig_devices(&self, nvml: &Path, gpus: &[&str]) -> Result<Vec<NvmlMigDevice>, ProbeError>;
+    /// What the GPU health check reads ([`crate::health`]): the health record that `nvc
+    /// health update` keeps in the state folder `config` names, this boot's id and the
+    /// time now. Never NVML: a file read at every container start.
+    fn health_inputs(&self, config: &nvc_config::Config) -> crate::health::HealthInputs;
 }
 
 /// The most of a text file under `/proc` or the driver root that is read.

@@ -40,6 +40,8 @@ pub struct TreeProbe {
     cuda: Option<i32>,
     gpus: Vec<GpuDetails>,
     mig: Option<Vec<NvmlMigDevice>>,
+    /// The health record's bytes, this boot's id and the time now.
+    health: Option<(Vec<u8>, String, u64)>,
 }
 
 impl TreeProbe {
@@ -126,6 +128,13 @@ impl TreeProbe {
     /// What NVML reports, by UUID.
     pub fn with_gpu_details(mut self, gpus: Vec<GpuDetails>) -> Self {
         self.gpus = gpus;
+        self
+    }
+
+    /// Answers [`HostProbe::health_inputs`] with the record `bytes`, the boot id `boot_id`
+    /// and the time `now` (seconds since the epoch); without, there is no record.
+    pub fn with_health_record(mut self, bytes: Vec<u8>, boot_id: &str, now: u64) -> Self {
+        self.health = Some((bytes, boot_id.to_string(), now));
         self
     }
 
@@ -281,6 +290,22 @@ impl HostProbe for TreeProbe {
             .filter(|d| gpus.iter().any(|g| g.eq_ignore_ascii_case(&d.gpu)))
             .cloned()
             .collect())
+    }
+
+    fn health_inputs(&self, _: &nvc_config::Config) -> crate::health::HealthInputs {
+        use crate::health::{HealthInputs, RecordFile};
+        match &self.health {
+            Some((bytes, boot_id, now)) => HealthInputs {
+                record: RecordFile::Read(bytes.clone()),
+                boot_id: Some(boot_id.clone()),
+                now: *now,
+            },
+            None => HealthInputs {
+                record: RecordFile::Missing,
+                boot_id: None,
+                now: 0,
+            },
+        }
     }
 }
 
