@@ -65,6 +65,7 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
                 g.compute_capability.is_some() || g.brand.is_some() || g.memory_total.is_some()
             })
         });
+    let health = crate::health::assess(&config, &driver);
     let detail = |uuid: &str| {
         details
             .as_ref()
@@ -94,6 +95,7 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
             "gpus": gpus,
             "migUuidsUnknown": mig_uuids_unknown(&driver),
             "leases": leases.as_ref().map(|l| crate::leases::to_json(l)).ok(),
+            "health": crate::health::to_json(&config, &driver, &health),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(());
@@ -117,6 +119,12 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
             libnvc::report::error_chain(e)
         ),
     }
+    if driver.wsl.is_none() {
+        println!(
+            "Health record:   {}",
+            crate::health::record_line(&config, &health)
+        );
+    }
     println!();
     let mut rows = vec![vec![
         "INDEX".to_string(),
@@ -128,6 +136,7 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
     if details.is_some() {
         rows[0].extend(["ARCH".to_string(), "BRAND".into(), "MEMORY".into()]);
     }
+    rows[0].push("HEALTH".into());
     for g in &driver.gpus {
         let mut row = vec![
             g.index.to_string(),
@@ -146,6 +155,7 @@ pub fn info(as_json: bool) -> Result<(), CliError> {
                     .map(|m| format!("{} MiB", m >> 20)),
             ));
         }
+        row.push(crate::health::gpu_cell(&health, &g.uuid));
         rows.push(row);
         for m in &g.mig {
             rows.push(vec![

@@ -6,6 +6,7 @@ mod cdi;
 mod check;
 mod commands;
 mod configure;
+mod health;
 mod leases;
 mod node;
 
@@ -48,6 +49,9 @@ enum Command {
     },
     /// Diagnose this host: can GPU containers start, and if not, why.
     Check(check::CheckArgs),
+    /// Show the GPUs' health, or write the health record every GPU start reads (`nvc
+    /// health update`, `nvc health watch`).
+    Health(health::HealthArgs),
     /// Add GPUs to a running container (found through its runtime's state).
     Attach(attach::AttachArgs),
     /// Take GPUs from a running container (its nodes and device cgroup; files stay).
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
             command: RuntimeCommand::Configure(args),
         } => configure::run(&args).map_err(Into::into),
         Command::Cdi { command } => cdi::run(&command).map_err(Into::into),
+        Command::Health(args) => health::run(&args).map_err(Into::into),
         Command::Attach(args) => attach::attach(&args).map_err(Into::into),
         Command::Detach(args) => attach::detach(&args).map_err(Into::into),
         Command::Node { command } => node::run(&command).map_err(Into::into),

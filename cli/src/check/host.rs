@@ -61,6 +61,7 @@ pub fn check_all(probe: &Probe) -> Vec<Row> {
         rows.push(gpu_nodes(driver, &majors));
         rows.push(control_nodes(driver, &majors));
         rows.push(persistence(driver));
+        rows.push(health_row(&config, driver));
     }
     rows.push(ldconfig(&config, probe));
     rows.push(runtime(&config, probe));
@@ -150,4 +151,35 @@ fn driver_row(driver: &Driver) -> Row {
         ));
     }
     Row::ok("driver", detail)
+}
+
+/// The GPUs' health as the record says, and whether the record counts.
+fn health_row(config: &Config, driver: &Driver) -> Row {
+    let assessment = crate::health::assess(config, driver);
+    let line = crate::health::record_line(config, &assessment);
+    if !config.requests.health_check {
+        return Row::info("health", line);
+    }
+    let Some(record) = assessment.current() else {
+        return Row::info("health", format!("not checked: {line}"));
+    };
+    let bad: Vec<String> = driver
+        .gpus
+        .iter()
+        .filter_map(|g| {
+            let h = record.gpu(&g.uuid).filter(|h| !h.is_healthy())?;
+            Some(format!("GPU {} ({}) {}", g.index, g.uuid, h.describe()))
+        })
+        .collect();
+    if bad.is_empty() {
+        return Row::ok("health", format!("every GPU healthy; {line}"));
+    }
+    Row::warn(
+        "health",
+        format!(
+            "left out of `all`, refused by name: {}; {line}",
+            bad.join(", ")
+        ),
+        "reset the GPU (nvidia-smi -r -i <index>), then run `nvc health update`",
+    )
 }

@@ -145,7 +145,8 @@ fn libraries_are_shared_objects_with_the_real_sonames() {
             .into_iter()
             .filter(|s| s.starts_with("nvml"))
             .collect();
-    // What nvidia-smi needs, and what lists a GPU's MIG devices with their UUIDs.
+    // What nvidia-smi needs, what lists a GPU's MIG devices with their UUIDs, and the
+    // health calls of `nvc health update`.
     assert_eq!(
         nvml,
         BTreeSet::from(
@@ -159,6 +160,9 @@ fn libraries_are_shared_objects_with_the_real_sonames() {
                 "nvmlDeviceGetUUID",
                 "nvmlDeviceGetGpuInstanceId",
                 "nvmlDeviceGetComputeInstanceId",
+                "nvmlDeviceGetRetiredPagesPendingStatus",
+                "nvmlDeviceGetRemappedRows",
+                "nvmlDeviceGetTotalEccErrors",
             ]
             .map(String::from)
         )
