@@ -127,6 +127,11 @@ EOF
     for unit in nvc-cdi-refresh.service nvc-cdi-refresh.path; do
         install -m 0644 "$nvc_repo/packaging/systemd/$unit" "$root/usr/lib/systemd/system/$unit"
     done
+    # The GPU health record's timer (enabled by the admin: systemctl enable --now
+    # nvc-health.timer).
+    for unit in nvc-health.service nvc-health.timer; do
+        install -m 0644 "$nvc_repo/packaging/systemd/$unit" "$root/usr/lib/systemd/system/$unit"
+    done
 
     # Documentation: the README, the license and every command's --help, man-page style.
     install -m 0644 "$nvc_repo/README.md" "$doc/README.md"
