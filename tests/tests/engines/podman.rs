@@ -372,3 +372,53 @@ fn a_podman_hooks_d_container_leaves_its_layer_as_the_image_was() {
     drop(podman);
     w.assert_clean(&[cgroup]);
 }
+
+#[test]
+#[ignore = "needs root: dockerd, containerd, podman, device nodes"]
+fn podman_leaves_out_and_refuses_an_unhealthy_gpu() {
+    // No broken GPU handed out, through Podman's hooks.d: `nvc health update` records
+    // what the fake NVML says (GPU 1 fell off the bus), and nvc-hook reads the record.
+    let w = World::new();
+    let podman = podman_with_image(&w);
+    let gpus = w.gpus();
+    std::fs::write(
+        w.fake.dir.join("nvml-health.txt"),
+        format!("{} lost\n", gpus[1].uuid),
+    )
+    .unwrap();
+    let update = std::process::Command::new(workspace_bin("nvc"))
+        .args(["health", "update"])
+        .env("NVC_CONFIG", &w.config)
+        .output()
+        .unwrap();
+    assert!(update.status.success(), "{update:?}");
+    let run = |env: &str| {
+        let mut opts: Vec<String> = vec!["--cap-add".into(), "MKNOD".into()];
+        opts.extend(w.fake_proc_flags());
+        opts.extend(["-e".to_string(), env.to_string()]);
+        podman.run(&opts, IMAGE, &["sh", "-c", PROBE])
+    };
+    let context = |what: &str| format!("{what}\nnvc log:\n{}", w.nvc_log());
+    let healthy = [gpus[0].clone(), gpus[2].clone()];
+    assert_gpus(
+        &run("NVIDIA_VISIBLE_DEVICES=all"),
+        &healthy,
+        &context("podman NVIDIA_VISIBLE_DEVICES=all, GPU 1 lost"),
+    );
+    assert!(
+        w.nvc_log().contains(&format!(
+            "NVIDIA_VISIBLE_DEVICES=all: left out GPU 1 ({}) fell off the bus",
+            gpus[1].uuid
+        )),
+        "{}",
+        w.nvc_log()
+    );
+    assert_refused(
+        &run("NVIDIA_VISIBLE_DEVICES=1"),
+        &format!(
+            "GPU 1 ({}, bus {}) fell off the bus",
+            gpus[1].uuid, gpus[1].bus_id
+        ),
+        &context("podman NVIDIA_VISIBLE_DEVICES=1, GPU 1 lost"),
+    );
+}
