@@ -1067,6 +1067,10 @@ impl libnvc::probe::HostProbe for Recording<'_> {
             .push((nvml.to_path_buf(), gpus_asked));
         self.inner.mig_devices(nvml, gpus)
     }
+
+    fn health_inputs(&self, config: &nvc_config::Config) -> libnvc::health::HealthInputs {
+        self.inner.health_inputs(config)
+    }
 }
 
 #[test]
