@@ -32,7 +32,7 @@ enum HealthCommand {
     Update,
     /// Write the health record every INTERVAL seconds until stopped (nvc-health.service).
     Watch {
-        /// Seconds between two updates; keep it below [requests] health-max-age.
+        /// Seconds between two updates; keep it below the config's requests.health-max-age.
         #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
         interval: u64,
     },
