@@ -536,3 +536,72 @@ fn a_cuda_requirement_loads_libcuda_once_per_driver() {
     // Without a cache, libcuda is asked every time.
     assert!(host.plan(&host.probe(), Stage::Hook).is_err());
 }
+
+#[test]
+fn the_health_record_read_through_the_probe_drops_or_refuses_a_broken_gpu() {
+    use crate::health::{Fault, GpuHealth, HealthRecord, RECORD_FORMAT};
+    let mut host = Host::new();
+    let record = |driver: &str| {
+        HealthRecord {
+            format: RECORD_FORMAT,
+            written: 5000,
+            boot_id: "boot".into(),
+            driver_version: driver.into(),
+            gpus: vec![
+                GpuHealth {
+                    uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+                    bus_id: "0000:06:00.0".into(),
+                    faults: Vec::new(),
+                },
+                GpuHealth {
+                    uuid: "GPU-10000000-0000-0000-0000-000000000000".into(),
+                    bus_id: "0000:07:00.0".into(),
+                    faults: vec![Fault::Lost],
+                },
+            ],
+        }
+        .to_bytes()
+    };
+    let current = host
+        .probe()
+        .with_health_record(record("999.88.77"), "boot", 5010);
+    let gpu_nodes = |plan: Plan| -> Vec<PathBuf> {
+        plan.gpu
+            .unwrap()
+            .edits
+            .device_nodes
+            .iter()
+            .map(|n| n.path.clone())
+            .filter(|p| p != Path::new("/dev/nvidiactl"))
+            .collect()
+    };
+    for stage in [Stage::Runtime, Stage::Hook, Stage::Check] {
+        host.spec(&["NVIDIA_VISIBLE_DEVICES=all"]);
+        let plan = host.plan(&current, stage).unwrap();
+        assert_eq!(
+            gpu_nodes(plan),
+            [PathBuf::from("/dev/nvidia0")],
+            "{stage:?}"
+        );
+        host.spec(&["NVIDIA_VISIBLE_DEVICES=1"]);
+        let stopped = host.plan(&current, stage).unwrap_err();
+        assert_eq!(stopped.error.step(), Step::Edits, "{stage:?}");
+        assert!(
+            matches!(&stopped.error, PlanError::Unhealthy(u) if u.index == 1),
+            "{stage:?}: {}",
+            stopped.error
+        );
+    }
+    // A record of another driver, or none, blocks nothing.
+    let other = host
+        .probe()
+        .with_health_record(record("550.54.15"), "boot", 5010);
+    for probe in [&other, &host.probe()] {
+        let plan = host.plan(probe, Stage::Runtime).unwrap();
+        assert_eq!(gpu_nodes(plan), [PathBuf::from("/dev/nvidia1")]);
+    }
+    // Turned off.
+    host.config.requests.health_check = false;
+    let plan = host.plan(&current, Stage::Runtime).unwrap();
+    assert_eq!(gpu_nodes(plan), [PathBuf::from("/dev/nvidia1")]);
+}
