@@ -439,6 +439,8 @@ fn deb_installs_the_cdi_refresh_and_its_command_writes_a_spec() {
     for file in [
         "usr/lib/systemd/system/nvc-cdi-refresh.service",
         "usr/lib/systemd/system/nvc-cdi-refresh.path",
+        "usr/lib/systemd/system/nvc-health.service",
+        "usr/lib/systemd/system/nvc-health.timer",
         "usr/bin/nvc",
     ] {
         std::fs::create_dir_all(verify_root.join(file).parent().unwrap()).unwrap();
@@ -459,6 +461,17 @@ fn deb_installs_the_cdi_refresh_and_its_command_writes_a_spec() {
         (out.status, format!("{}{}", out.stdout, out.stderr))
     };
     let (status, said) = verify(&["nvc-cdi-refresh.service", "nvc-cdi-refresh.path"]);
+    assert_eq!((status, said.as_str()), (0, ""), "systemd-analyze verify");
+    // The GPU health record's timer and service, installed (not enabled: postinst's calls
+    // above name only the CDI refresh) as they are in packaging/systemd.
+    for unit in ["nvc-health.service", "nvc-health.timer"] {
+        assert_eq!(
+            std::fs::read(root.join(units).join(unit)).unwrap(),
+            std::fs::read(repo.join("packaging/systemd").join(unit)).unwrap(),
+            "{unit}"
+        );
+    }
+    let (status, said) = verify(&["nvc-health.service", "nvc-health.timer"]);
     assert_eq!((status, said.as_str()), (0, ""), "systemd-analyze verify");
     // It says so when a unit is wrong (it still exits 0 on an unknown key).
     std::fs::write(

@@ -150,6 +150,8 @@ fn rpm_holds_the_debs_files_config_dependencies_and_scripts() {
         "./usr/bin/nv-docker 0755 0:0 file",
         "./etc/nvc/config.toml 0644 0:0 file",
         "./usr/lib/systemd/system/nvc-cdi-refresh.path 0644 0:0 file",
+        "./usr/lib/systemd/system/nvc-health.service 0644 0:0 file",
+        "./usr/lib/systemd/system/nvc-health.timer 0644 0:0 file",
         "./usr/share/containers/oci/hooks.d/oci-nvc-hook.json 0644 0:0 file",
     ] {
         assert!(files.contains(file), "no {file} in\n{files}");
