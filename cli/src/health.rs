@@ -30,7 +30,8 @@ pub struct HealthArgs {
 enum HealthCommand {
     /// Ask NVML about every GPU once and write the health record.
     Update,
-    /// Write the health record every INTERVAL seconds until stopped (nvc-health.service).
+    /// Write the health record every INTERVAL seconds until stopped (where there is no
+    /// systemd: nvc-health.timer runs `nvc health update` every minute).
     Watch {
         /// Seconds between two updates; keep it below the config's requests.health-max-age.
         #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
