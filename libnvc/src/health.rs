@@ -299,7 +299,7 @@ pub fn assess(inputs: &HealthInputs, driver_version: &str, max_age: u64) -> Asse
 /// A GPU that must not be handed out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "GPU {index} ({uuid}, bus {bus_id}) {faults}: nvc gives no container a broken GPU; \
+    "{variable}: GPU {index} ({uuid}, bus {bus_id}) {faults}: nvc gives no container a broken GPU; \
      reset it (`nvidia-smi -r -i {index}`, then `nvc health update`), or set \
      [requests] health-check = false in the nvc config"
 )]

@@ -95,7 +95,7 @@ fn assert_refused(out: &Outcome, index: usize, uuid: &str, fault: Fault, log: &s
     assert!(!out.success(), "started: {out:?}");
     let said = said(out);
     for part in [
-        format!("GPU {index} ({uuid}"),
+        format!("NVIDIA_VISIBLE_DEVICES: GPU {index} ({uuid}"),
         fault.describe().to_string(),
         format!("nvidia-smi -r -i {index}"),
         "health-check = false".to_string(),

@@ -208,7 +208,7 @@ fn naming_an_unhealthy_gpu_or_its_mig_device_is_refused() {
     assert_eq!(err.uuid, "GPU-111");
     let text = err.to_string();
     for part in [
-        "GPU 1 (GPU-111, bus 0000:01:00.0) failed a row remapping",
+        "NVIDIA_VISIBLE_DEVICES: GPU 1 (GPU-111, bus 0000:01:00.0) failed a row remapping",
         "nvidia-smi -r -i 1",
         "health-check = false",
     ] {
