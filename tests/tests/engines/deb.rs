@@ -398,8 +398,8 @@ fn deb_installs_the_cdi_refresh_and_its_command_writes_a_spec() {
     for unit in [&service, &path_unit] {
         assert_eq!(unit_value(unit, "WantedBy"), ["multi-user.target"]);
     }
-    // postinst enabled both and, systemd running, started them.
-    let units_named = "nvc-cdi-refresh.path nvc-cdi-refresh.service";
+    // postinst enabled both and the health timer and, systemd running, started them.
+    let units_named = "nvc-cdi-refresh.path nvc-cdi-refresh.service nvc-health.timer";
     let mut want = Vec::new();
     for unit in units_named.split(' ') {
         want.extend([
@@ -462,8 +462,8 @@ fn deb_installs_the_cdi_refresh_and_its_command_writes_a_spec() {
     };
     let (status, said) = verify(&["nvc-cdi-refresh.service", "nvc-cdi-refresh.path"]);
     assert_eq!((status, said.as_str()), (0, ""), "systemd-analyze verify");
-    // The GPU health record's timer and service, installed (not enabled: postinst's calls
-    // above name only the CDI refresh) as they are in packaging/systemd.
+    // The GPU health record's timer (enabled and started above) and service, installed as
+    // they are in packaging/systemd.
     for unit in ["nvc-health.service", "nvc-health.timer"] {
         assert_eq!(
             std::fs::read(root.join(units).join(unit)).unwrap(),

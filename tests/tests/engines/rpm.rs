@@ -343,7 +343,7 @@ fn rpm_installs_upgrades_and_erases_back_to_the_users_config() {
             .env("NVC_CONFIG", "/fake/config.toml"))
     };
     let read = |file: &str| std::fs::read_to_string(root.join(file)).unwrap();
-    let units = "nvc-cdi-refresh.path nvc-cdi-refresh.service";
+    let units = "nvc-cdi-refresh.path nvc-cdi-refresh.service nvc-health.timer";
     // What the .deb's postinst asks of systemd once deb-systemd-helper enabled the units:
     // reload, and start each enabled unit.
     let reload_and_start: Vec<String> = std::iter::once("systemctl --system daemon-reload".into())
