@@ -24,4 +24,5 @@ pub mod probe;
 pub mod report;
 pub mod request;
 pub mod require;
+pub mod usage;
 pub mod version;
