@@ -9,6 +9,7 @@ mod configure;
 mod health;
 mod leases;
 mod node;
+mod top;
 
 use std::process::ExitCode;
 
@@ -56,6 +57,10 @@ enum Command {
     Attach(attach::AttachArgs),
     /// Take GPUs from a running container (its nodes and device cgroup; files stay).
     Detach(attach::AttachArgs),
+    /// Which container uses which GPU: each GPU's processes, their containers and memory.
+    Ps(top::PsArgs),
+    /// `nvc ps`, refreshed every few seconds, as top does.
+    Top(top::TopArgs),
     /// Install nvc on a Kubernetes node from a container, and take it off (the
     /// DaemonSet of packaging/kubernetes/).
     Node {
@@ -94,6 +99,8 @@ fn main() -> ExitCode {
         Command::Health(args) => health::run(&args).map_err(Into::into),
         Command::Attach(args) => attach::attach(&args).map_err(Into::into),
         Command::Detach(args) => attach::detach(&args).map_err(Into::into),
+        Command::Ps(args) => top::ps(&args).map_err(Into::into),
+        Command::Top(args) => top::top(&args).map_err(Into::into),
         Command::Node { command } => node::run(&command).map_err(Into::into),
         Command::Check(args) => match check::run(&args) {
             // `nvc check` prints its own table; its status says whether GPU containers

@@ -47,6 +47,7 @@ pub mod process;
 pub mod setup;
 pub mod state;
 pub mod trace;
+pub mod usage;
 
 /// Why a driver library could not answer.
 #[derive(Debug, thiserror::Error)]

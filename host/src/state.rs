@@ -136,6 +136,24 @@ impl StateDir {
         ))
     }
 
+    /// Every container record folder in the state folder (`rootfs/<dev>-<ino>/<key>`),
+    /// for reading only (`nvc ps`): no lock is taken and nothing is made, so a folder may
+    /// be gone, or its record half-written, by the time it is read. No state folder: none.
+    pub fn record_folders(&self) -> Result<Vec<PathBuf>, StateError> {
+        let parent = self.root.join(ROOTFS);
+        let mut folders = Vec::new();
+        for rootfs in list_folders(&parent)? {
+            let dir = parent.join(&rootfs);
+            folders.extend(
+                list_folders(&dir)?
+                    .into_iter()
+                    .filter(|n| n != LOCK)
+                    .map(|n| dir.join(n)),
+            );
+        }
+        Ok(folders)
+    }
+
     /// The folder of `rootfs`'s records, made where missing, with its lock held until the
     /// value is dropped ([`RootfsState`]); waits for the lock (the hook's deadline bounds
     /// the wait).
@@ -195,6 +213,35 @@ impl StateDir {
         }
         Err(StateError::Raced(path))
     }
+}
+
+/// The names of the folders in `path` (none where it is missing), never through a link.
+fn list_folders(path: &Path) -> Result<Vec<String>, StateError> {
+    let fd = match rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(Vec::new()),
+        Err(e) => return Err(io("open", path)(e)),
+    };
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&fd).map_err(io("list", path))? {
+        let entry = entry.map_err(io("list", path))?;
+        // A file system without d_type says Unknown: opening it later tells.
+        if !matches!(
+            entry.file_type(),
+            rustix::fs::FileType::Directory | rustix::fs::FileType::Unknown
+        ) {
+            continue;
+        }
+        match entry.file_name().to_str() {
+            Ok("." | "..") | Err(_) => {}
+            Ok(name) => names.push(name.to_string()),
+        }
+    }
+    Ok(names)
 }
 
 /// Whether `name` in `dir` is the file `fd` has open.

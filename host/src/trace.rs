@@ -38,7 +38,8 @@ use serde::{Deserialize, Serialize};
 use crate::container::{ContainerRoot, FsError, JournalSink, Made, Unmade};
 use crate::files::{errno_error, io_error, FileError};
 use crate::ldcache::{CacheChange, LD_CACHE};
-use crate::state::{RootfsState, StateError};
+use crate::state::{RootfsState, StateDir, StateError};
+use libnvc::usage::RecordedContainer;
 
 /// The record's file in a container's folder.
 const RECORD: &str = "record.json";
@@ -550,6 +551,35 @@ fn read_any(state: &RootfsState, name: &str) -> Result<Option<Found>, TraceError
         record,
         original,
     }))
+}
+
+/// The containers with a record in the state folder whose init still runs: their ids
+/// and bundles (`nvc ps`: which container a process on a GPU is in). Read-only, without
+/// the rootfs locks: a record being written or taken away meanwhile is skipped.
+pub fn running_containers(state: &StateDir) -> Result<Vec<RecordedContainer>, TraceError> {
+    let mut found = Vec::new();
+    for path in state.record_folders()? {
+        let fd = match rustix::fs::open(
+            &path,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => continue,
+            Err(e) => return Err(io("open", &path)(e)),
+        };
+        let record = match read_in(&fd, RECORD, &path.join(RECORD)) {
+            Ok(Some(json)) => serde_json::from_slice::<Record>(&json).ok(),
+            Ok(None) | Err(_) => None,
+        };
+        if let Some(record) = record.filter(Record::runs) {
+            found.push(RecordedContainer {
+                id: record.id,
+                bundle: record.bundle,
+            });
+        }
+    }
+    Ok(found)
 }
 
 /// Another record in `state` whose container still runs on the same rootfs.

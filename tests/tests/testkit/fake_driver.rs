@@ -145,7 +145,8 @@ fn libraries_are_shared_objects_with_the_real_sonames() {
             .into_iter()
             .filter(|s| s.starts_with("nvml"))
             .collect();
-    // What nvidia-smi needs, what lists a GPU's MIG devices with their UUIDs, and the
+    // What nvidia-smi needs, what lists a GPU's MIG devices with their UUIDs, what
+    // nvml-wrapper calls for nvc ps's processes and memory (nvml-processes.txt), and the
     // health calls of `nvc health update`.
     assert_eq!(
         nvml,
@@ -155,6 +156,10 @@ fn libraries_are_shared_objects_with_the_real_sonames() {
                 "nvmlShutdown",
                 "nvmlSystemGetDriverVersion",
                 "nvmlDeviceGetHandleByUUID",
+                "nvmlDeviceGetComputeRunningProcesses_v3",
+                "nvmlDeviceGetGraphicsRunningProcesses_v3",
+                "nvmlDeviceGetProcessUtilization",
+                "nvmlDeviceGetMemoryInfo_v2",
                 "nvmlDeviceGetMaxMigDeviceCount",
                 "nvmlDeviceGetMigDeviceHandleByIndex",
                 "nvmlDeviceGetUUID",
