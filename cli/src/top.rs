@@ -190,7 +190,12 @@ fn utc_time() -> String {
         .map(|d| d.as_secs())
         .unwrap_or(0)
         % 86400;
-    format!("{:02}:{:02}:{:02} UTC", secs / 3600, secs / 60 % 60, secs % 60)
+    format!(
+        "{:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 fn mib(bytes: Option<u64>) -> String {
@@ -222,7 +227,15 @@ fn render(gpus: &[GpuUsage], unseen: &[String]) -> String {
             continue;
         }
         let mut rows = vec![[
-            "PID", "CPID", "TYPE", "MEMORY", "SM", "COMMAND", "ENGINE", "CONTAINER", "NAME",
+            "PID",
+            "CPID",
+            "TYPE",
+            "MEMORY",
+            "SM",
+            "COMMAND",
+            "ENGINE",
+            "CONTAINER",
+            "NAME",
         ]
         .map(String::from)
         .to_vec()];

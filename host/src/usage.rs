@@ -123,9 +123,11 @@ impl Nvml {
             let list = match list {
                 Ok(l) => l,
                 Err(e) => {
-                    reading
-                        .unseen
-                        .push(format!("{} processes: {}", kind.as_str(), unsupported(&e)));
+                    reading.unseen.push(format!(
+                        "{} processes: {}",
+                        kind.as_str(),
+                        unsupported(&e)
+                    ));
                     continue;
                 }
             };
