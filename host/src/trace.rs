@@ -553,10 +553,13 @@ fn read_any(state: &RootfsState, name: &str) -> Result<Option<Found>, TraceError
     }))
 }
 
-/// The containers with a record in the state folder whose init still runs: their ids
-/// and bundles (`nvc ps`: which container a process on a GPU is in). Read-only, without
-/// the rootfs locks: a record being written or taken away meanwhile is skipped.
-pub fn running_containers(state: &StateDir) -> Result<Vec<RecordedContainer>, TraceError> {
+/// The containers with a record in the state folder: their ids and bundles (`nvc ps`:
+/// which container a process on a GPU is in), those whose init still runs first. A record
+/// whose init seems gone is kept too, after them: a runtime in another PID namespace
+/// than the caller's (a dockerd of its own) records pids this process cannot see.
+/// Read-only, without the rootfs locks: a record being written or taken away meanwhile
+/// is skipped.
+pub fn recorded_containers(state: &StateDir) -> Result<Vec<RecordedContainer>, TraceError> {
     let mut found = Vec::new();
     for path in state.record_folders()? {
         let fd = match rustix::fs::open(
@@ -572,14 +575,18 @@ pub fn running_containers(state: &StateDir) -> Result<Vec<RecordedContainer>, Tr
             Ok(Some(json)) => serde_json::from_slice::<Record>(&json).ok(),
             Ok(None) | Err(_) => None,
         };
-        if let Some(record) = record.filter(Record::runs) {
-            found.push(RecordedContainer {
-                id: record.id,
-                bundle: record.bundle,
-            });
+        if let Some(record) = record {
+            found.push((
+                !record.runs(),
+                RecordedContainer {
+                    id: record.id,
+                    bundle: record.bundle,
+                },
+            ));
         }
     }
-    Ok(found)
+    found.sort_by_key(|(gone, _)| *gone);
+    Ok(found.into_iter().map(|(_, r)| r).collect())
 }
 
 /// Another record in `state` whose container still runs on the same rootfs.

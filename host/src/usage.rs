@@ -3,7 +3,7 @@
 //! utilisation (nvml-wrapper: `nvmlDeviceGetMemoryInfo_v2`,
 //! `nvmlDeviceGetComputeRunningProcesses_v3`, `nvmlDeviceGetGraphicsRunningProcesses_v3`,
 //! `nvmlDeviceGetProcessUtilization`), nvc's records of the containers it set up
-//! ([`crate::trace::running_containers`]), and libnvc's mapping
+//! ([`crate::trace::recorded_containers`]), and libnvc's mapping
 //! ([`libnvc::usage::map`]) over the host's `/proc` and the engines' state read through
 //! [`RealHost`].
 //!
@@ -199,7 +199,7 @@ pub fn table(
     roots: &UsageRoots,
 ) -> (Vec<GpuUsage>, Vec<String>) {
     let mut unseen = Vec::new();
-    let records: Vec<RecordedContainer> = match crate::trace::running_containers(state) {
+    let records: Vec<RecordedContainer> = match crate::trace::recorded_containers(state) {
         Ok(r) => r,
         Err(e) => {
             unseen.push(format!(

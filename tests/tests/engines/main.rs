@@ -47,6 +47,7 @@ mod node;
 mod podman;
 mod rootless;
 mod rpm;
+mod top;
 mod wsl;
 
 /// Prints each `/dev/nvidia*` node as `node PATH MAJ:MIN` (hex), then tries to open GPU
