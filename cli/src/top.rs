@@ -141,7 +141,8 @@ pub fn ps(args: &PsArgs) -> Result<(), TopError> {
     } else {
         frame
     };
-    println!("{text}");
+    // A closed pipe (`nvc ps | head`) is not an error.
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
     Ok(())
 }
 
