@@ -221,3 +221,40 @@ fn walk(dir: &Path) -> usize {
         })
         .unwrap_or(0)
 }
+
+#[test]
+fn nvc_ps_lists_every_record_read_only_those_whose_init_runs_first() {
+    let w = world();
+    // No state folder yet: no record, no error.
+    assert_eq!(recorded_containers(&w.state).unwrap(), vec![]);
+    let second = w.dir.path().join("rootfs2");
+    std::fs::create_dir_all(second.join("usr/lib")).unwrap();
+    let lock = w.state.lock_rootfs(&w.rootfs).unwrap();
+    let gone = RecordDir::create(
+        &lock,
+        "gone",
+        &w.dir.path().join("b1"),
+        &w.rootfs,
+        ended_pid(),
+    )
+    .unwrap();
+    let trace = make(&w, &gone, &["/usr/lib/gone.so"]);
+    gone.save(&lock, &trace).unwrap();
+    drop(lock);
+    let lock = w.state.lock_rootfs(&second).unwrap();
+    let root = ContainerRoot::open(&second).unwrap();
+    let runs = RecordDir::create(&lock, "runs", &w.dir.path().join("b2"), &second, me()).unwrap();
+    root.journal_to(runs.journal());
+    root.file_mount_point(Path::new("/usr/lib/runs.so"), 0o644)
+        .unwrap();
+    // Still being set up (its journal not yet folded in): listed all the same, without
+    // waiting for the lock this test holds.
+    let listed = recorded_containers(&w.state).unwrap();
+    let ids: Vec<&str> = listed.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["runs", "gone"]);
+    assert_eq!(listed[0].bundle, w.dir.path().join("b2"));
+    // Listing made nothing and removed nothing.
+    assert_eq!(w.state.record_folders().unwrap().len(), 2);
+    drop(runs);
+    drop(lock);
+}
