@@ -151,6 +151,9 @@ pub enum CdiHookError {
         /// The rootfs.
         rootfs: PathBuf,
     },
+    /// The container was given a GPU that the health record says is broken.
+    #[error(transparent)]
+    Unhealthy(#[from] libnvc::health::UnhealthyGpu),
     /// `cdi-setup --enter` got no host pid of the container's init in its state.
     #[error(
         "cdi-setup --enter needs the container's init as the host sees it in the state's \
@@ -219,6 +222,15 @@ pub fn run_recorded(
         true => return Err(CdiHookError::EnterPid(parsed.pid)),
         false => init_pid(),
     };
+    // No broken GPU handed out: refused before anything is made.
+    if let CdiHook::Setup {
+        proc_root: Some(proc_root),
+        ..
+    } = hook
+    {
+        screen_health(proc_root, &view, config)?;
+        phases.mark("health");
+    }
     let keep = !parsed.id.is_empty() && libnvc::plan::keeps_record(config, &view, &spec_value);
     let lock = match keep {
         true => untraced(StateDir::of(config).lock_rootfs(&view.rootfs)),
@@ -282,6 +294,67 @@ pub fn run_recorded(
             Err(e)
         }
     }
+}
+
+/// Refuses the container of `view` when one of the GPUs of its `linux.devices` (those the
+/// engine took from the CDI devices it asked for, matched by device number with the
+/// host's GPUs under `proc_root`) is broken by the current health record, as the prestart
+/// path refuses a request naming one ([`libnvc::health`]): the engine resolved the CDI
+/// names, `all` included, to these devices, so nvc can only refuse, not leave one out. A
+/// record that is missing or not current blocks nothing; nor does `[requests]
+/// health-check = false`. What cannot be read here is left to the mask's step to report.
+fn screen_health(
+    proc_root: &Path,
+    view: &SpecView,
+    config: &nvc_config::Config,
+) -> Result<(), CdiHookError> {
+    use libnvc::health::{assess, Assessment, UnhealthyGpu};
+    use libnvc::probe::HostProbe;
+    if !config.requests.health_check {
+        return Ok(());
+    }
+    let nvidia = proc_root.join("driver/nvidia");
+    let Ok(gpus) = proc::read_gpus(&RealHost, &nvidia) else {
+        return Ok(());
+    };
+    let Some(&major) = read_majors(&RealHost, proc_root).get("nvidia") else {
+        return Ok(());
+    };
+    let given = hooks::visible_gpus(&gpus, major, &view.devices);
+    if given.is_empty() {
+        return Ok(());
+    }
+    let version = libnvc::probe::read_text(&RealHost, &nvidia.join("version"))
+        .ok()
+        .and_then(|text| proc::parse_version_file(&text))
+        .unwrap_or_default();
+    let record = match assess(
+        &RealHost.health_inputs(config),
+        &version,
+        config.requests.health_max_age,
+    ) {
+        Assessment::Current { record, .. } => record,
+        Assessment::Ignored { reason, .. } => {
+            info!("GPU health not checked: {reason}");
+            return Ok(());
+        }
+    };
+    for (index, gpu) in gpus.iter().enumerate() {
+        if !given.contains(&gpu.bus_id) {
+            continue;
+        }
+        if let Some(health) = record.gpu(&gpu.uuid).filter(|h| !h.is_healthy()) {
+            return Err(UnhealthyGpu {
+                variable: "the container's CDI devices",
+                index: u32::try_from(index).unwrap_or(u32::MAX),
+                uuid: gpu.uuid.clone(),
+                bus_id: gpu.bus_id.clone(),
+                faults: health.describe(),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// The container's init in the host's PID namespace: this hook's parent, read from the

@@ -762,3 +762,61 @@ fn a_failing_cdi_hook_stops_the_container_with_its_reason() {
         "{out:?}"
     );
 }
+
+#[test]
+#[ignore = "needs root: fake driver trees have device nodes; containers need runc"]
+fn a_cdi_container_given_a_broken_gpu_is_refused_before_anything_is_made() {
+    // The engine resolves CDI names, `all` included, to device nodes before nvc runs:
+    // cdi-setup can only refuse a container given a GPU the health record says is broken,
+    // as the prestart path refuses a request naming one.
+    let h = Host::new();
+    let rootfs = h.rootfs("rootfs");
+    let gpus = h.gpus_in_bus_order();
+    let bad = &gpus[1];
+    std::fs::write(
+        h.fake.dir.join("nvml-health.txt"),
+        format!("{} lost\n", bad.uuid),
+    )
+    .unwrap();
+    let update = h.nvc(&["health", "update"]);
+    assert!(update.status.success(), "{update:?}");
+    let record = h.dir.path().join("state/gpu-health.json");
+    assert!(record.is_file(), "no record at {}", record.display());
+    let soname_link = rootfs.path.join(&LIB[1..]).join("libcuda.so.1");
+
+    for devices in [&["all"][..], &["1"][..]] {
+        let out = run_with_spec(&h, &rootfs, devices, LIST_NODES);
+        assert!(!out.success(), "{devices:?} started: {out:?}");
+        let said = format!("{}{}", out.stderr, out.log);
+        for part in [
+            format!("the container's CDI devices: GPU 1 ({}", bad.uuid),
+            "fell off the bus".to_string(),
+            "nvidia-smi -r -i 1".to_string(),
+            "health-check = false".to_string(),
+        ] {
+            assert!(
+                said.contains(&part),
+                "{devices:?}: {part:?} not said: {said}"
+            );
+        }
+        assert!(
+            std::fs::symlink_metadata(&soname_link).is_err(),
+            "{devices:?}: the refused container's hook made its links"
+        );
+    }
+    // A healthy GPU by name starts.
+    let out = run_with_spec(&h, &rootfs, &["0"], LIST_NODES);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(
+        gpu_nodes_inside(&out.stdout),
+        [format!(
+            "/dev/nvidia{} 195:{}",
+            gpus[0].minor, gpus[0].minor
+        )]
+    );
+    // No record: nothing is blocked.
+    std::fs::remove_file(&record).unwrap();
+    let out = run_with_spec(&h, &rootfs, &["2", "1"], LIST_NODES);
+    assert!(out.success(), "{out:?}");
+    assert_eq!(gpu_nodes_inside(&out.stdout).len(), 2, "{out:?}");
+}
