@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use libnvc::health::{Fault, HealthInputs, HealthRecord, RecordFile, MAX_RECORD};
 
 use crate::files::{self, FileError, WriteOptions};
+use crate::nvml::{OpenError, Session};
 use crate::state::StateDir;
 
 /// Where the kernel tells this boot's id.
@@ -29,41 +30,15 @@ pub enum HealthError {
         /// The library.
         path: PathBuf,
     },
-    /// The library could not be loaded.
-    #[error("cannot load {path}")]
-    Load {
-        /// The library.
-        path: PathBuf,
-        /// The loader's reason.
-        #[source]
-        source: libloading::Error,
-    },
-    /// The library lacks a function every NVML has.
-    #[error("{path} has no symbol {symbol}: is it the driver's libnvidia-ml?")]
-    Symbol {
-        /// The library.
-        path: PathBuf,
-        /// The missing function.
-        symbol: &'static str,
-        /// The loader's reason.
-        #[source]
-        source: libloading::Error,
-    },
-    /// NVML could not start.
-    #[error("nvmlInit_v2 in {path} failed with NVML error {code}")]
-    Init {
-        /// The library.
-        path: PathBuf,
-        /// The `nvmlReturn_t`.
-        code: u32,
-    },
+    /// The library could not be loaded or started, or lacks a function every NVML has.
+    #[error(transparent)]
+    Open(#[from] OpenError),
     /// The record could not be written.
     #[error("cannot write the GPU health record")]
     Write(#[source] FileError),
 }
 
 type Device = *mut c_void;
-type Init = unsafe extern "C" fn() -> u32;
 type HandleByUuid = unsafe extern "C" fn(*const c_char, *mut Device) -> u32;
 type PendingStatus = unsafe extern "C" fn(Device, *mut c_uint) -> u32;
 type RemappedRows =
@@ -81,17 +56,6 @@ const NVML_ERROR_RESET_REQUIRED: u32 = 16;
 const UNCORRECTED: c_uint = 1;
 /// `NVML_VOLATILE_ECC`: since the last reset.
 const VOLATILE: c_uint = 0;
-
-/// Calls `nvmlShutdown` when dropped.
-struct Initialised(Init);
-
-impl Drop for Initialised {
-    fn drop(&mut self) {
-        // SAFETY: nvmlShutdown takes no argument and pairs with the nvmlInit_v2 that
-        // succeeded before this value was made.
-        let _ = unsafe { (self.0)() };
-    }
-}
 
 /// The fault a failed call's code means, if any: `Err` for an answer that is no fault
 /// and no health (an error NVML should not give), logged by the caller.
@@ -113,44 +77,24 @@ pub fn nvml_faults(nvml: &Path, uuids: &[&str]) -> Result<Vec<Vec<Fault>>, Healt
             path: nvml.to_path_buf(),
         });
     }
-    // SAFETY: the library is the host driver's libnvidia-ml, found by discovery under the
-    // configured (trusted, host-owned) driver root; loading it runs its initialisers,
-    // which is what every NVML program on the host does.
-    let lib = unsafe { libloading::Library::new(nvml) }.map_err(|source| HealthError::Load {
-        path: nvml.to_path_buf(),
-        source,
-    })?;
+    let session = Session::open(nvml)?;
     macro_rules! function {
         ($name:literal, $type:ty) => {
             // SAFETY: NVML declares the function with this C signature (nvml.h); the
-            // pointer is used only while `lib` is loaded.
-            unsafe { lib.get::<$type>(concat!($name, "\0").as_bytes()) }.map(|f| *f)
+            // pointer is used only while `session` lives.
+            unsafe { session.function::<$type>(concat!($name, "\0")) }
         };
     }
-    macro_rules! required {
-        ($name:literal, $type:ty) => {
-            function!($name, $type).map_err(|source| HealthError::Symbol {
-                path: nvml.to_path_buf(),
-                symbol: $name,
-                source,
-            })?
-        };
-    }
-    let init = required!("nvmlInit_v2", Init);
-    let shutdown = required!("nvmlShutdown", Init);
-    let by_uuid = required!("nvmlDeviceGetHandleByUUID", HandleByUuid);
+    let by_uuid = function!("nvmlDeviceGetHandleByUUID", HandleByUuid).map_err(|source| {
+        OpenError::Symbol {
+            path: nvml.to_path_buf(),
+            symbol: "nvmlDeviceGetHandleByUUID",
+            source,
+        }
+    })?;
     let pending = function!("nvmlDeviceGetRetiredPagesPendingStatus", PendingStatus).ok();
     let remapped = function!("nvmlDeviceGetRemappedRows", RemappedRows).ok();
     let ecc = function!("nvmlDeviceGetTotalEccErrors", TotalEcc).ok();
-    // SAFETY: nvmlInit_v2 takes no argument; NVML counts its initialisations.
-    let code = unsafe { init() };
-    if code != NVML_SUCCESS {
-        return Err(HealthError::Init {
-            path: nvml.to_path_buf(),
-            code,
-        });
-    }
-    let _initialised = Initialised(shutdown);
     let mut out = Vec::new();
     for uuid in uuids {
         let mut faults = Vec::new();

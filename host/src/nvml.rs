@@ -27,9 +27,9 @@ use crate::SysError;
 /// `nvc-runtime` and `nvc-hook`.
 pub const MIG_DEVICES_HELPER: &str = "nvc-mig-devices";
 
-/// Why NVML could not list the MIG devices.
+/// Why the driver's libnvidia-ml could not be loaded and started ([`Session::open`]).
 #[derive(Debug, thiserror::Error)]
-pub enum NvmlError {
+pub enum OpenError {
     /// The library could not be loaded.
     #[error("cannot load {path}")]
     Load {
@@ -39,8 +39,8 @@ pub enum NvmlError {
         #[source]
         source: libloading::Error,
     },
-    /// The library lacks a function (a driver before R470 has no MIG device handles).
-    #[error("{path} has no symbol {symbol} (a driver older than R470 lists no MIG device)")]
+    /// The library lacks a function every NVML has.
+    #[error("{path} has no symbol {symbol}: is it the driver's libnvidia-ml?")]
     Symbol {
         /// The library.
         path: PathBuf,
@@ -57,6 +57,96 @@ pub enum NvmlError {
         path: PathBuf,
         /// The `nvmlReturn_t`.
         code: u32,
+    },
+}
+
+/// The driver's libnvidia-ml, loaded into this process and started (`nvmlInit_v2`);
+/// `nvmlShutdown` when dropped. What MIG UUIDs ([`mig_devices`]) and GPU health
+/// (`crate::health`) ask it goes through [`Session::function`].
+pub(crate) struct Session {
+    shutdown: Init,
+    path: PathBuf,
+    lib: libloading::Library,
+}
+
+impl Session {
+    /// Loads the libnvidia-ml at `nvml` and starts NVML.
+    pub(crate) fn open(nvml: &Path) -> Result<Session, OpenError> {
+        // SAFETY: the library is the host driver's libnvidia-ml, found by discovery under
+        // the configured (trusted, host-owned) driver root; loading it runs its
+        // initialisers, which is what every NVML program on the host does.
+        let lib = unsafe { libloading::Library::new(nvml) }.map_err(|source| OpenError::Load {
+            path: nvml.to_path_buf(),
+            source,
+        })?;
+        let symbol = |symbol: &'static str| {
+            // SAFETY: both functions take no argument and return an nvmlReturn_t (nvml.h);
+            // the pointers are used only while `lib` is loaded (it outlives them in Session).
+            unsafe { lib.get::<Init>(symbol.as_bytes()) }
+                .map(|f| *f)
+                .map_err(|source| OpenError::Symbol {
+                    path: nvml.to_path_buf(),
+                    symbol: symbol.trim_end_matches('\0'),
+                    source,
+                })
+        };
+        let init = symbol("nvmlInit_v2\0")?;
+        let shutdown = symbol("nvmlShutdown\0")?;
+        // SAFETY: nvmlInit_v2 takes no argument; NVML counts its initialisations.
+        let code = unsafe { init() };
+        if code != NVML_SUCCESS {
+            return Err(OpenError::Init {
+                path: nvml.to_path_buf(),
+                code,
+            });
+        }
+        Ok(Session {
+            shutdown,
+            path: nvml.to_path_buf(),
+            lib,
+        })
+    }
+
+    /// The library's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The function `name` (NUL-terminated) of the library.
+    ///
+    /// # Safety
+    /// `T` must be the C function pointer type NVML declares for `name` (nvml.h), and the
+    /// pointer must not be used after this session is dropped.
+    pub(crate) unsafe fn function<T: Copy>(&self, name: &str) -> Result<T, libloading::Error> {
+        // SAFETY: the caller vouches for `T` (this function's contract).
+        unsafe { self.lib.get::<T>(name.as_bytes()) }.map(|f| *f)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // SAFETY: nvmlShutdown takes no argument and pairs with the nvmlInit_v2 that
+        // succeeded in `open`; `lib` is still loaded (fields drop after this).
+        let _ = unsafe { (self.shutdown)() };
+    }
+}
+
+/// Why NVML could not list the MIG devices.
+#[derive(Debug, thiserror::Error)]
+pub enum NvmlError {
+    /// The library could not be loaded or started.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The library lacks a function (a driver before R470 has no MIG device handles).
+    #[error("{path} has no symbol {symbol} (a driver older than R470 lists no MIG device)")]
+    Symbol {
+        /// The library.
+        path: PathBuf,
+        /// The missing function.
+        symbol: &'static str,
+        /// The loader's reason.
+        #[source]
+        source: libloading::Error,
     },
     /// [`MIG_DEVICES_HELPER`] could not be run, or failed.
     #[error(transparent)]
@@ -89,58 +179,30 @@ const NVML_ERROR_NOT_FOUND: u32 = 6;
 /// `NVML_DEVICE_UUID_V2_BUFFER_SIZE`.
 const UUID_BUFFER: usize = 96;
 
-/// Calls `nvmlShutdown` when dropped.
-struct Initialised(Init);
-
-impl Drop for Initialised {
-    fn drop(&mut self) {
-        // SAFETY: nvmlShutdown takes no argument and pairs with the nvmlInit_v2 that
-        // succeeded before this value was made.
-        let _ = unsafe { (self.0)() };
-    }
-}
-
 /// The MIG devices of the GPUs with `gpus` (their UUIDs), asked of the libnvidia-ml at
 /// `nvml` loaded into this process. A GPU NVML cannot open, or that has no MIG device,
 /// adds none; so does a MIG device whose UUID or ids it cannot tell.
 pub fn mig_devices(nvml: &Path, gpus: &[&str]) -> Result<Vec<NvmlMigDevice>, NvmlError> {
-    // SAFETY: the library is the host driver's libnvidia-ml, found by discovery under the
-    // configured (trusted, host-owned) driver root; loading it runs its initialisers,
-    // which is what every NVML program on the host does.
-    let lib = unsafe { libloading::Library::new(nvml) }.map_err(|source| NvmlError::Load {
-        path: nvml.to_path_buf(),
-        source,
-    })?;
+    let session = Session::open(nvml)?;
     macro_rules! function {
         ($name:literal, $type:ty) => {
             // SAFETY: NVML has declared the function with this C signature since R470
-            // (nvml.h); the pointer is used only while `lib` is loaded.
-            *unsafe { lib.get::<$type>(concat!($name, "\0").as_bytes()) }.map_err(|source| {
+            // (nvml.h); the pointer is used only while `session` lives.
+            unsafe { session.function::<$type>(concat!($name, "\0")) }.map_err(|source| {
                 NvmlError::Symbol {
-                    path: nvml.to_path_buf(),
+                    path: session.path().to_path_buf(),
                     symbol: $name,
                     source,
                 }
             })?
         };
     }
-    let init = function!("nvmlInit_v2", Init);
-    let shutdown = function!("nvmlShutdown", Init);
     let by_uuid = function!("nvmlDeviceGetHandleByUUID", HandleByUuid);
     let max_count = function!("nvmlDeviceGetMaxMigDeviceCount", MaxMigCount);
     let by_index = function!("nvmlDeviceGetMigDeviceHandleByIndex", MigByIndex);
     let uuid_of = function!("nvmlDeviceGetUUID", UuidOf);
     let gi_of = function!("nvmlDeviceGetGpuInstanceId", IdOf);
     let ci_of = function!("nvmlDeviceGetComputeInstanceId", IdOf);
-    // SAFETY: nvmlInit_v2 takes no argument; NVML counts its initialisations.
-    let code = unsafe { init() };
-    if code != NVML_SUCCESS {
-        return Err(NvmlError::Init {
-            path: nvml.to_path_buf(),
-            code,
-        });
-    }
-    let _initialised = Initialised(shutdown);
     let id = |f: IdOf, dev: Device| {
         let mut id: c_uint = 0;
         // SAFETY: `dev` is a handle NVML gave for this initialisation, `id` a writable

@@ -97,9 +97,11 @@ pub struct NvmlProcess {
     pub sm_util: Option<u32>,
 }
 
-/// What NVML says of one GPU (and what discovery says: index, bus id).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct GpuReading {
+/// One GPU and the processes using it: `P` is [`NvmlProcess`] as NVML lists them
+/// ([`GpuReading`]), [`ProcessUsage`] once mapped to their containers ([`GpuUsage`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuProcesses<P> {
     /// Its index (bus order, as nvidia-smi counts).
     pub index: u32,
     /// Its UUID.
@@ -113,10 +115,47 @@ pub struct GpuReading {
     /// GPU memory in all, in bytes.
     pub memory_total: Option<u64>,
     /// The processes using it.
-    pub processes: Vec<NvmlProcess>,
+    pub processes: Vec<P>,
     /// What NVML could not say of it.
     pub unseen: Vec<String>,
 }
+
+impl<P> Default for GpuProcesses<P> {
+    fn default() -> Self {
+        GpuProcesses {
+            index: 0,
+            uuid: String::new(),
+            bus_id: String::new(),
+            name: None,
+            memory_used: None,
+            memory_total: None,
+            processes: Vec::new(),
+            unseen: Vec::new(),
+        }
+    }
+}
+
+impl<P> GpuProcesses<P> {
+    /// The same GPU with each process turned into another by `f`.
+    pub fn map_processes<Q>(&self, f: impl FnMut(&P) -> Q) -> GpuProcesses<Q> {
+        GpuProcesses {
+            index: self.index,
+            uuid: self.uuid.clone(),
+            bus_id: self.bus_id.clone(),
+            name: self.name.clone(),
+            memory_used: self.memory_used,
+            memory_total: self.memory_total,
+            processes: self.processes.iter().map(f).collect(),
+            unseen: self.unseen.clone(),
+        }
+    }
+}
+
+/// What NVML says of one GPU (and what discovery says: index, bus id).
+pub type GpuReading = GpuProcesses<NvmlProcess>;
+
+/// One GPU and its processes, each mapped to its container.
+pub type GpuUsage = GpuProcesses<ProcessUsage>;
 
 /// A container nvc set up, from its record in nvc's state folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,28 +251,6 @@ pub struct ProcessUsage {
     pub notes: Vec<String>,
 }
 
-/// One GPU and the processes using it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GpuUsage {
-    /// Its index.
-    pub index: u32,
-    /// Its UUID.
-    pub uuid: String,
-    /// Its PCI bus id.
-    pub bus_id: String,
-    /// Its name, where known.
-    pub name: Option<String>,
-    /// GPU memory used, in bytes.
-    pub memory_used: Option<u64>,
-    /// GPU memory in all, in bytes.
-    pub memory_total: Option<u64>,
-    /// The processes using it.
-    pub processes: Vec<ProcessUsage>,
-    /// What NVML could not say of it.
-    pub unseen: Vec<String>,
-}
-
 /// Maps each GPU's processes (`gpus`, NVML's) to their containers, reading the host's
 /// `/proc` and the engines' state (`roots`) through `probe`; `records` are the containers
 /// nvc set up. Never fails: what it could not read is in the notes.
@@ -250,16 +267,7 @@ pub fn map(
         known: HashMap::new(),
     };
     gpus.iter()
-        .map(|gpu| GpuUsage {
-            index: gpu.index,
-            uuid: gpu.uuid.clone(),
-            bus_id: gpu.bus_id.clone(),
-            name: gpu.name.clone(),
-            memory_used: gpu.memory_used,
-            memory_total: gpu.memory_total,
-            processes: gpu.processes.iter().map(|p| lookup.process(p)).collect(),
-            unseen: gpu.unseen.clone(),
-        })
+        .map(|gpu| gpu.map_processes(|p| lookup.process(p)))
         .collect()
 }
 
