@@ -373,6 +373,13 @@ fn apply_cdi(bundle: Bundle, spec: &Value) -> Bundle {
             if let Some(at) = args.iter().position(|a| a == "--proc-root") {
                 args.drain(at..at + 2);
             }
+            // Under qemu-user (a threaded emulator) setns into a mount namespace fails
+            // (EINVAL): the aarch64 hook runs as an earlier spec's createContainer hook,
+            // already inside, as it does on an aarch64 host with such a spec.
+            args.retain(|a| a != "--enter");
+        }
+        if hook["hookName"] == "createRuntime" {
+            hook["hookName"] = "createContainer".into();
         }
     }
     bundle.with_cdi_edits(&spec, &["all"], |_| true)
