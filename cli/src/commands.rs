@@ -38,7 +38,7 @@ pub enum CliError {
     Leases(#[from] nvc_host::leases::LeaseError),
 }
 
-fn load() -> Result<(Config, PathBuf, Driver), CliError> {
+pub(crate) fn load() -> Result<(Config, PathBuf, Driver), CliError> {
     let (config, path) = Config::load_from_env()?;
     nvc_host::logging::init(&config.log, "nvc");
     let driver = discover::discover(

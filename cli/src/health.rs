@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use libnvc::discover::{self, Driver, DriverRoots};
+use libnvc::discover::Driver;
 use libnvc::health::{self, Assessment, HealthRecord};
 use libnvc::probe::HostProbe;
 use nvc_config::Config;
@@ -63,12 +63,7 @@ pub enum HealthCliError {
 }
 
 fn load() -> Result<(Config, Driver), CliError> {
-    let (config, _) = Config::load_from_env()?;
-    nvc_host::logging::init(&config.log, "nvc");
-    let driver = discover::discover(
-        &DriverRoots::from_config(&config.driver),
-        &nvc_host::probe::RealHost,
-    )?;
+    let (config, _, driver) = crate::commands::load()?;
     Ok((config, driver))
 }
 
