@@ -27,7 +27,7 @@ use crate::SysError;
 /// `nvc-runtime` and `nvc-hook`.
 pub const MIG_DEVICES_HELPER: &str = "nvc-mig-devices";
 
-/// Why the driver's libnvidia-ml could not be loaded and started ([`Session::open`]).
+/// Why the driver's libnvidia-ml could not be loaded and started (`Session::open`).
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
     /// The library could not be loaded.
