@@ -12,9 +12,16 @@ use super::Engine;
 
 /// containerd's folder of its v2 tasks' bundles: `<this>/<namespace>/<id>`.
 pub const CONTAINERD_TASKS: &str = "io.containerd.runtime.v2.task";
-/// The folder of Podman's and CRI-O's containers in their storage, and of their bundles:
-/// `<storage>/overlay-containers/<id>/userdata`.
-pub const OVERLAY_CONTAINERS: &str = "overlay-containers";
+/// The folders of Podman's and CRI-O's containers in their storage, and of their bundles
+/// (`<storage>/<driver>-containers/<id>/userdata`), one for each storage driver of
+/// containers/storage: `overlay` by default, `vfs` where the kernel has no usable overlay
+/// (rootless on old kernels, nested containers), `btrfs` and `zfs` on those filesystems.
+pub const CONTAINERS_FOLDERS: [&str; 4] = [
+    "overlay-containers",
+    "vfs-containers",
+    "btrfs-containers",
+    "zfs-containers",
+];
 
 /// What the engine's state says of a container.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -105,7 +112,7 @@ pub fn docker_name(config_v2: &[u8]) -> Option<String> {
 }
 
 /// The first of the names Podman's `containers.json` (of its storage's
-/// `overlay-containers/`) gives container `id`.
+/// `<driver>-containers/`) gives container `id`.
 pub fn podman_name(containers_json: &[u8], id: &str) -> Option<String> {
     let value: Value = serde_json::from_slice(containers_json).ok()?;
     value
@@ -130,14 +137,15 @@ pub fn containerd_namespace(bundle: &Path) -> Option<String> {
     parent.file_name()?.to_str().map(str::to_string)
 }
 
-/// Podman's or CRI-O's storage folder's `overlay-containers/` where `bundle` is one of
-/// their bundles (`.../overlay-containers/<id>/userdata`).
-pub fn overlay_containers(bundle: &Path) -> Option<&Path> {
+/// Podman's or CRI-O's storage folder's `<driver>-containers/` where `bundle` is one of
+/// their bundles (`.../<driver>-containers/<id>/userdata`, see [`CONTAINERS_FOLDERS`]).
+pub fn storage_containers(bundle: &Path) -> Option<&Path> {
     if bundle.file_name()? != "userdata" {
         return None;
     }
     let folder = bundle.parent()?.parent()?;
-    (folder.file_name()? == OVERLAY_CONTAINERS).then_some(folder)
+    let name = folder.file_name()?.to_str()?;
+    CONTAINERS_FOLDERS.contains(&name).then_some(folder)
 }
 
 #[cfg(test)]
@@ -243,13 +251,21 @@ mod tests {
         assert_eq!(containerd_namespace(Path::new("/tmp/bundle/abc")), None);
         assert_eq!(containerd_namespace(Path::new("/")), None);
         assert_eq!(
-            overlay_containers(Path::new(
+            storage_containers(Path::new(
                 "/var/lib/containers/storage/overlay-containers/abc/userdata"
             )),
             Some(Path::new("/var/lib/containers/storage/overlay-containers"))
         );
         assert_eq!(
-            overlay_containers(Path::new("/var/lib/x/abc/userdata")),
+            storage_containers(Path::new("/home/u/storage/vfs-containers/abc/userdata")),
+            Some(Path::new("/home/u/storage/vfs-containers"))
+        );
+        assert_eq!(
+            storage_containers(Path::new("/var/lib/x/abc/userdata")),
+            None
+        );
+        assert_eq!(
+            storage_containers(Path::new("/var/lib/x/other-containers/abc/userdata")),
             None
         );
     }

@@ -177,7 +177,7 @@ pub struct UsageRoots {
     /// (`/run/containerd/io.containerd.runtime.v2.task`): `<namespace>/<id>/config.json`.
     pub containerd_tasks: Vec<PathBuf>,
     /// Podman's and CRI-O's storage folders (`/var/lib/containers/storage`,
-    /// `/run/containers/storage`): `overlay-containers/<id>/userdata/config.json`.
+    /// `/run/containers/storage`): `<driver>-containers/<id>/userdata/config.json`.
     pub storage: Vec<PathBuf>,
 }
 
@@ -483,13 +483,12 @@ impl Lookup<'_> {
             }
         }
         for storage in &self.roots.storage {
-            let bundle = storage
-                .join(engines::OVERLAY_CONTAINERS)
-                .join(id)
-                .join("userdata");
-            match self.probe.stat(&bundle.join("config.json")) {
-                Ok(_) => return Some(bundle),
-                Err(e) => note_unless_absent(notes, &bundle, &e),
+            for folder in engines::CONTAINERS_FOLDERS {
+                let bundle = storage.join(folder).join(id).join("userdata");
+                match self.probe.stat(&bundle.join("config.json")) {
+                    Ok(_) => return Some(bundle),
+                    Err(e) => note_unless_absent(notes, &bundle, &e),
+                }
             }
         }
         None
@@ -507,7 +506,7 @@ impl Lookup<'_> {
     }
 
     fn podman_name(&self, bundle: &Path, id: &str, notes: &mut Vec<String>) -> Option<String> {
-        let path = engines::overlay_containers(bundle)?.join("containers.json");
+        let path = engines::storage_containers(bundle)?.join("containers.json");
         match self.probe.read(&path, CONTAINERS_JSON_LIMIT) {
             Ok((bytes, _)) => engines::podman_name(&bytes, id),
             Err(e) => {

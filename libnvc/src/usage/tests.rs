@@ -9,6 +9,7 @@ const CRI_ID: &str = "2222222222222222222222222222222222222222222222222222222222
 const PODMAN_ID: &str = "3333333333333333333333333333333333333333333333333333333333333333";
 const CRIO_ID: &str = "4444444444444444444444444444444444444444444444444444444444444444";
 const LOST_ID: &str = "5555555555555555555555555555555555555555555555555555555555555555";
+const PODMAN_VFS_ID: &str = "6666666666666666666666666666666666666666666666666666666666666666";
 
 fn write(path: &Path, text: &str) {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -123,6 +124,21 @@ fn each_process_is_mapped_to_its_engines_container() {
         &root.join("storage/overlay-containers/containers.json"),
         &format!(r#"[{{"id":"{PODMAN_ID}","names":["gpu-job"]}}]"#),
     );
+    // Podman on the vfs storage driver: the same, under `vfs-containers`.
+    w.process(
+        106,
+        &format!("0::/machine.slice/libpod-{PODMAN_VFS_ID}.scope/container\n"),
+        "106\t1",
+        "sleep",
+    );
+    w.bundle(
+        &root.join(format!("storage/vfs-containers/{PODMAN_VFS_ID}/userdata")),
+        r#"{"io.container.manager":"libpod"}"#,
+    );
+    write(
+        &root.join("storage/vfs-containers/containers.json"),
+        &format!(r#"[{{"id":"{PODMAN_VFS_ID}","names":["on-vfs"]}}]"#),
+    );
     // CRI-O.
     w.process(
         104,
@@ -142,7 +158,7 @@ fn each_process_is_mapped_to_its_engines_container() {
         "Xorg",
     );
 
-    let ps = w.map(&[101, 102, 103, 104, 105], &[]);
+    let ps = w.map(&[101, 102, 103, 104, 105, 106], &[]);
     let c = |i: usize| ps[i].container.clone().unwrap();
     assert_eq!(ps[0].owner, Owner::Container);
     assert_eq!(
@@ -183,6 +199,10 @@ fn each_process_is_mapped_to_its_engines_container() {
     assert_eq!(ps[4].owner, Owner::Host);
     assert_eq!(ps[4].container, None);
     assert_eq!(ps[4].command.as_deref(), Some("Xorg"));
+    assert_eq!(
+        (c(5).engine, c(5).name.as_deref()),
+        (Some(Engine::Podman), Some("on-vfs"))
+    );
     assert!(ps.iter().all(|p| !c_recorded(p)), "{ps:#?}");
     for p in &ps {
         assert!(p.notes.is_empty(), "{p:#?}");

@@ -46,7 +46,7 @@ pub(super) fn podman_hooks_dir(w: &World) -> PathBuf {
 }
 
 /// This host's podman with nvc's hooks.d folder ([`podman_hooks_dir`]) and the test image.
-fn podman_with_image(w: &World) -> Podman {
+pub(super) fn podman_with_image(w: &World) -> Podman {
     let podman = Podman::new(&w.path("podman"), &podman_hooks_dir(w))
         .unwrap_or_else(|e| panic!("{}", error_chain(&e)));
     podman
