@@ -6,13 +6,14 @@
 //! `cdi-cri`, with the device plugin's default `DEVICE_ID_STRATEGY`, `uuid`; the CDI
 //! strategies with names of nvc's kind, `nvidia.com/gpu`, and of the plugin's own,
 //! `k8s.device-plugin.nvidia.com/gpu`, from the spec `nvc cdi generate --vendor` writes
-//! for it.
+//! for it. `nvc ps` names a pod's GPU process by its container, pod and namespace.
 //!
 //! Pods use the node's network (no CNI plugin needed) and the test image as their
 //! sandbox (pause) image, imported into the `k8s.io` namespace: nothing is pulled.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use libnvc::report::error_chain;
 use nvc_tests::cri::api::{
@@ -27,7 +28,7 @@ use nvc_tests::{
 };
 
 use super::{
-    assert_gpus, assert_gpus_with, assert_refused, assert_untouched, World, CTR_IMAGE,
+    assert_gpus, assert_gpus_with, assert_refused, assert_untouched, top, World, CTR_IMAGE,
     DEVICE_PLUGIN_VENDOR, PROBE,
 };
 
@@ -481,6 +482,80 @@ fn secure_setting(node: &Node<'_>, gpus: &[FakeGpu]) {
     assert_eq!(probe_value(&out, "device-mounts"), Some("absent"), "{what}");
 }
 
+/// `nvc ps` while a pod's container holds GPU 2 (the fake NVML says so): the process is
+/// containerd's, named as the kubelet named it: container, pod and Kubernetes namespace
+/// from the CRI annotations of its bundle in containerd's `k8s.io` namespace.
+fn nvc_ps_names_the_pod(node: &Node<'_>, gpus: &[FakeGpu]) {
+    const HOLD: [&str; 2] = ["sleep", "3601"];
+    let w = node.w;
+    let ended = AtomicBool::new(false);
+    let tasks = node
+        .containerd
+        .dir
+        .join("state/io.containerd.runtime.v2.task");
+    std::thread::scope(|scope| {
+        // Waits for the container's `sleep`, reads `nvc ps`, then ends the container.
+        let watcher = scope.spawn(|| {
+            let deadline = Instant::now() + POD_TIMEOUT;
+            let pid = loop {
+                if let Some(pid) = top::host_pid_running(&HOLD) {
+                    break pid;
+                }
+                if ended.load(Ordering::SeqCst) || Instant::now() > deadline {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            std::fs::write(
+                w.fake.dir.join("nvml-processes.txt"),
+                format!("{} {pid} {} compute 90\n", gpus[2].uuid, 7u64 << 30),
+            )
+            .unwrap();
+            let found = top::nvc_ps(w, &["--containerd-tasks", tasks.to_str().unwrap()]);
+            top::kill(pid);
+            Some((pid, found))
+        });
+        let out = node.run(
+            "gpu-job",
+            Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[2].uuid),
+            &format!("; exec {}", HOLD.join(" ")),
+        );
+        ended.store(true, Ordering::SeqCst);
+        let seen = watcher.join().unwrap();
+        let what = node.context(&format!("nvc ps of a pod: {out:?}"));
+        let (pid, found) = seen.unwrap_or_else(|| panic!("the pod's process never ran\n{what}"));
+        // Killed by the watcher, after the probe saw its GPU.
+        assert_eq!(out.status, 137, "{what}");
+        assert!(
+            out.stdout.contains(&format!(
+                "GPU 0: NVIDIA Fake H100 80GB HBM3 (UUID: {})",
+                gpus[2].uuid
+            )),
+            "{what}"
+        );
+        let gpu = &found["gpus"][2];
+        assert_eq!(gpu["uuid"], gpus[2].uuid.as_str(), "{found:#}");
+        let process = &gpu["processes"][0];
+        let container = &process["container"];
+        assert_eq!(process["pid"], pid, "{found:#}");
+        assert_eq!(process["owner"], "container", "{found:#}");
+        assert_eq!(process["containerPid"], 1, "{found:#}");
+        assert_eq!(process["usedMemory"], 7u64 << 30, "{found:#}");
+        assert_eq!(container["engine"], "containerd", "{found:#}");
+        assert_eq!(container["name"], "probe", "{found:#}");
+        assert_eq!(container["pod"], "gpu-job", "{found:#}");
+        assert_eq!(container["namespace"], "default", "{found:#}");
+        // Found in containerd's tasks (`--containerd-tasks`), whether or not nvc keeps a
+        // record of it (it keeps none where no poststop hook runs).
+        let id = container["id"].as_str().unwrap();
+        assert_eq!(
+            container["bundle"],
+            tasks.join("k8s.io").join(id).to_str().unwrap(),
+            "{found:#}"
+        );
+    });
+}
+
 /// Debian 13's containerd 1.7.24 (config version 2, plugin `io.containerd.grpc.v1.cri`).
 #[test]
 #[ignore = "needs root and the network (a newer Debian's engines, by debootstrap): dockerd, containerd, podman, device nodes"]
@@ -529,6 +604,7 @@ fn cri_containerd21_device_list_strategies() {
         node.version
     );
     device_list_strategies(&node, &w.gpus());
+    nvc_ps_names_the_pod(&node, &w.gpus());
     node.finish();
 }
 

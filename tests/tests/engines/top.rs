@@ -14,7 +14,7 @@ use super::podman::podman_with_image;
 use super::{start_dockerd, World, IMAGE};
 
 /// `nvc ps --json EXTRA...` with the test's config.
-fn nvc_ps(w: &World, extra: &[&str]) -> Value {
+pub(super) fn nvc_ps(w: &World, extra: &[&str]) -> Value {
     let out = Command::new(workspace_bin("nvc"))
         .env("NVC_CONFIG", &w.config)
         .args(["ps", "--json"])
@@ -208,10 +208,26 @@ fn host_pid_in_cgroup_of(id: &str) -> u32 {
 }
 
 /// SIGKILL to `pid`.
-fn kill(pid: u32) {
+pub(super) fn kill(pid: u32) {
     let status = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status()
         .unwrap();
     assert!(status.success(), "kill -KILL {pid}");
+}
+
+/// The host's pid of the one process whose command line is `argv`, if any.
+pub(super) fn host_pid_running(argv: &[&str]) -> Option<u32> {
+    let mut want: Vec<u8> = Vec::new();
+    for a in argv {
+        want.extend_from_slice(a.as_bytes());
+        want.push(0);
+    }
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|pid: &u32| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .collect();
+    assert!(pids.len() <= 1, "processes running {argv:?}: {pids:?}");
+    pids.first().copied()
 }
