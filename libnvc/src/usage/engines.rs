@@ -1,7 +1,8 @@
 //! What an engine's own state says of a container: the name Docker gave it
 //! (`config.v2.json`), the Kubernetes pod, container and namespace containerd's CRI
-//! plugin and CRI-O put in the bundle's annotations, nerdctl's name, Podman's names
-//! (`overlay-containers/containers.json`), and containerd's namespace from the bundle's
+//! plugin and CRI-O put in the bundle's annotations (CRI-O's own where the client set no
+//! kubelet labels), nerdctl's name, Podman's names
+//! (`<driver>-containers/containers.json`), and containerd's namespace from the bundle's
 //! path. Pure: over bytes and paths.
 
 use std::path::Path;
@@ -85,6 +86,23 @@ pub fn from_annotations(spec: &[u8]) -> Identity {
             namespace: get("io.kubernetes.pod.namespace"),
         };
     }
+    if let Some(kind) = get("io.kubernetes.cri-o.ContainerType") {
+        // CRI-O for a client that sets none of the kubelet's labels (crictl): its own
+        // annotations.
+        let (pod, namespace) = get("io.kubernetes.cri-o.SandboxName")
+            .and_then(|s| crio_sandbox_name(&s))
+            .unzip();
+        let name = match kind.as_str() {
+            "sandbox" => Some("(pod sandbox)".to_string()),
+            _ => get("io.kubernetes.cri-o.Metadata").and_then(|m| metadata_name(&m)),
+        };
+        return Identity {
+            engine: Some(Engine::CriO),
+            name,
+            pod,
+            namespace,
+        };
+    }
     if let Some(name) = get("nerdctl/name") {
         return Identity {
             engine: Some(Engine::Containerd),
@@ -100,6 +118,24 @@ pub fn from_annotations(spec: &[u8]) -> Identity {
         };
     }
     Identity::default()
+}
+
+/// The pod and namespace in CRI-O's name of a pod sandbox,
+/// `k8s_<pod>_<namespace>_<uid>_<attempt>` (Kubernetes names have no `_`; a uid may).
+fn crio_sandbox_name(name: &str) -> Option<(String, String)> {
+    let rest = name.strip_prefix("k8s_")?;
+    let (pod, rest) = rest.split_once('_')?;
+    let (namespace, rest) = rest.split_once('_')?;
+    let (_uid, attempt) = rest.rsplit_once('_')?;
+    attempt.parse::<u32>().ok()?;
+    (!pod.is_empty() && !namespace.is_empty()).then(|| (pod.to_string(), namespace.to_string()))
+}
+
+/// The `name` of CRI's container metadata as CRI-O keeps it (`{"name":"probe",...}`).
+fn metadata_name(metadata: &str) -> Option<String> {
+    let value: Value = serde_json::from_str(metadata).ok()?;
+    let name = value.get("name")?.as_str()?;
+    Some(name.to_string()).filter(|n| !n.is_empty())
 }
 
 /// The name in Docker's `config.v2.json` of a container (`"Name": "/web"`), without its
@@ -189,6 +225,51 @@ mod tests {
                 id.namespace.as_deref()
             ),
             (Some("trainer"), Some("job-7"), Some("ml"))
+        );
+    }
+
+    #[test]
+    fn crios_own_annotations_name_a_container_without_the_kubelets_labels() {
+        let id = from_annotations(&spec(
+            r#"{"io.container.manager":"cri-o",
+                "io.kubernetes.cri-o.ContainerType":"container",
+                "io.kubernetes.cri-o.Metadata":"{\"name\":\"probe\"}",
+                "io.kubernetes.cri-o.Name":"k8s_probe_gpu-job_default_uid-1_0",
+                "io.kubernetes.cri-o.SandboxName":"k8s_gpu-job_default_9f1c_a_b_0"}"#,
+        ));
+        assert_eq!(
+            id,
+            Identity {
+                engine: Some(Engine::CriO),
+                name: Some("probe".into()),
+                pod: Some("gpu-job".into()),
+                namespace: Some("default".into()),
+            }
+        );
+        let id = from_annotations(&spec(
+            r#"{"io.kubernetes.cri-o.ContainerType":"sandbox",
+                "io.kubernetes.cri-o.SandboxName":"k8s_web_prod_u_1"}"#,
+        ));
+        assert_eq!(
+            (
+                id.name.as_deref(),
+                id.pod.as_deref(),
+                id.namespace.as_deref()
+            ),
+            (Some("(pod sandbox)"), Some("web"), Some("prod"))
+        );
+        // A sandbox name not of CRI-O's shape, metadata not JSON: no pod, no name.
+        let id = from_annotations(&spec(
+            r#"{"io.kubernetes.cri-o.ContainerType":"container",
+                "io.kubernetes.cri-o.Metadata":"probe",
+                "io.kubernetes.cri-o.SandboxName":"gpu-job"}"#,
+        ));
+        assert_eq!(
+            id,
+            Identity {
+                engine: Some(Engine::CriO),
+                ..Identity::default()
+            }
         );
     }
 

@@ -486,14 +486,44 @@ fn secure_setting(node: &Node<'_>, gpus: &[FakeGpu]) {
 /// containerd's, named as the kubelet named it: container, pod and Kubernetes namespace
 /// from the CRI annotations of its bundle in containerd's `k8s.io` namespace.
 fn nvc_ps_names_the_pod(node: &Node<'_>, gpus: &[FakeGpu]) {
-    const HOLD: [&str; 2] = ["sleep", "3601"];
-    let w = node.w;
-    let ended = AtomicBool::new(false);
     let tasks = node
         .containerd
         .dir
         .join("state/io.containerd.runtime.v2.task");
-    std::thread::scope(|scope| {
+    let context = |what: &str| node.context(what);
+    let container = nvc_ps_of_a_pod(
+        node.w,
+        gpus,
+        &["--containerd-tasks", tasks.to_str().unwrap()],
+        |ask, more| node.run("gpu-job", ask, more),
+        &context,
+    );
+    assert_eq!(container["engine"], "containerd", "{container:#}");
+    // Found in containerd's tasks (`--containerd-tasks`), whether or not nvc keeps a
+    // record of it (it keeps none where no poststop hook runs).
+    let id = container["id"].as_str().unwrap();
+    assert_eq!(
+        container["bundle"],
+        tasks.join("k8s.io").join(id).to_str().unwrap(),
+        "{container:#}"
+    );
+}
+
+/// Runs pod `gpu-job` (`run`: its container asking for `ask`, running PROBE and then
+/// `more`) holding GPU 2, reads `nvc ps --json PS_ARGS` while it runs (the fake NVML
+/// listing its process), ends it, and checks what every CRI engine must give: the
+/// process's pid, its pid 1 inside, its memory, the container `probe` of pod `gpu-job` in
+/// namespace `default`. Returns the process's `container` for the engine's own checks.
+pub(super) fn nvc_ps_of_a_pod(
+    w: &World,
+    gpus: &[FakeGpu],
+    ps_args: &[&str],
+    run: impl FnOnce(Ask, &str) -> Outcome,
+    context: &dyn Fn(&str) -> String,
+) -> serde_json::Value {
+    const HOLD: [&str; 2] = ["sleep", "3601"];
+    let ended = AtomicBool::new(false);
+    let (out, seen) = std::thread::scope(|scope| {
         // Waits for the container's `sleep`, reads `nvc ps`, then ends the container.
         let watcher = scope.spawn(|| {
             let deadline = Instant::now() + POD_TIMEOUT;
@@ -511,49 +541,40 @@ fn nvc_ps_names_the_pod(node: &Node<'_>, gpus: &[FakeGpu]) {
                 format!("{} {pid} {} compute 90\n", gpus[2].uuid, 7u64 << 30),
             )
             .unwrap();
-            let found = top::nvc_ps(w, &["--containerd-tasks", tasks.to_str().unwrap()]);
+            let found = top::nvc_ps(w, ps_args);
             top::kill(pid);
             Some((pid, found))
         });
-        let out = node.run(
-            "gpu-job",
+        let out = run(
             Ask::env("NVIDIA_VISIBLE_DEVICES", &gpus[2].uuid),
             &format!("; exec {}", HOLD.join(" ")),
         );
         ended.store(true, Ordering::SeqCst);
-        let seen = watcher.join().unwrap();
-        let what = node.context(&format!("nvc ps of a pod: {out:?}"));
-        let (pid, found) = seen.unwrap_or_else(|| panic!("the pod's process never ran\n{what}"));
-        // Killed by the watcher, after the probe saw its GPU.
-        assert_eq!(out.status, 137, "{what}");
-        assert!(
-            out.stdout.contains(&format!(
-                "GPU 0: NVIDIA Fake H100 80GB HBM3 (UUID: {})",
-                gpus[2].uuid
-            )),
-            "{what}"
-        );
-        let gpu = &found["gpus"][2];
-        assert_eq!(gpu["uuid"], gpus[2].uuid.as_str(), "{found:#}");
-        let process = &gpu["processes"][0];
-        let container = &process["container"];
-        assert_eq!(process["pid"], pid, "{found:#}");
-        assert_eq!(process["owner"], "container", "{found:#}");
-        assert_eq!(process["containerPid"], 1, "{found:#}");
-        assert_eq!(process["usedMemory"], 7u64 << 30, "{found:#}");
-        assert_eq!(container["engine"], "containerd", "{found:#}");
-        assert_eq!(container["name"], "probe", "{found:#}");
-        assert_eq!(container["pod"], "gpu-job", "{found:#}");
-        assert_eq!(container["namespace"], "default", "{found:#}");
-        // Found in containerd's tasks (`--containerd-tasks`), whether or not nvc keeps a
-        // record of it (it keeps none where no poststop hook runs).
-        let id = container["id"].as_str().unwrap();
-        assert_eq!(
-            container["bundle"],
-            tasks.join("k8s.io").join(id).to_str().unwrap(),
-            "{found:#}"
-        );
+        (out, watcher.join().unwrap())
     });
+    let what = context(&format!("nvc ps of a pod: {out:?}"));
+    let (pid, found) = seen.unwrap_or_else(|| panic!("the pod's process never ran\n{what}"));
+    // Killed by the watcher, after the probe saw its GPU.
+    assert_eq!(out.status, 137, "{what}");
+    assert!(
+        out.stdout.contains(&format!(
+            "GPU 0: NVIDIA Fake H100 80GB HBM3 (UUID: {})",
+            gpus[2].uuid
+        )),
+        "{what}"
+    );
+    let gpu = &found["gpus"][2];
+    assert_eq!(gpu["uuid"], gpus[2].uuid.as_str(), "{found:#}");
+    let process = &gpu["processes"][0];
+    let container = &process["container"];
+    assert_eq!(process["pid"], pid, "{found:#}");
+    assert_eq!(process["owner"], "container", "{found:#}");
+    assert_eq!(process["containerPid"], 1, "{found:#}");
+    assert_eq!(process["usedMemory"], 7u64 << 30, "{found:#}");
+    assert_eq!(container["name"], "probe", "{found:#}");
+    assert_eq!(container["pod"], "gpu-job", "{found:#}");
+    assert_eq!(container["namespace"], "default", "{found:#}");
+    container.clone()
 }
 
 /// Debian 13's containerd 1.7.24 (config version 2, plugin `io.containerd.grpc.v1.cri`).

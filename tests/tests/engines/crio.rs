@@ -19,7 +19,7 @@ use nvc_tests::cri::api::ContainerState;
 use nvc_tests::cri::{CriClient, CriError};
 use nvc_tests::{workspace_bin, Crio, CrioSettings, FakeGpu, Outcome, START_TIMEOUT};
 
-use super::cri::{outcome, probe_pod, sandbox, Ask, CDI_ANNOTATION, POD_TIMEOUT};
+use super::cri::{nvc_ps_of_a_pod, outcome, probe_pod, sandbox, Ask, CDI_ANNOTATION, POD_TIMEOUT};
 use super::podman::podman_hooks_dir;
 use super::{
     assert_gpus, assert_gpus_with, assert_refused, assert_untouched, nvc_configure, World, IMAGE,
@@ -100,7 +100,12 @@ impl<'w> Node<'w> {
     /// A pod `name` whose one unprivileged container runs PROBE with `ask` and the fake
     /// proc tree, through `handler`, to its end.
     fn run(&self, name: &str, handler: &str, ask: Ask) -> Outcome {
-        let (sandbox, container) = probe_pod(self.w, name, &self.cgroup_parent(), IMAGE, ask, "");
+        self.run_more(name, handler, ask, "")
+    }
+
+    /// [`Node::run`], the container running `more` after PROBE.
+    fn run_more(&self, name: &str, handler: &str, ask: Ask, more: &str) -> Outcome {
+        let (sandbox, container) = probe_pod(self.w, name, &self.cgroup_parent(), IMAGE, ask, more);
         let result = self
             .cri
             .run_to_exit(&sandbox, handler, &container, POD_TIMEOUT);
@@ -200,7 +205,35 @@ fn crio_runtime_handler_nv() {
         },
     );
     env_requests(&node, HANDLER, &w.gpus(), "handler nv");
+    nvc_ps_names_the_pod(&node, &w.gpus());
     node.finish();
+}
+
+/// `nvc ps` while a pod's container holds GPU 2: the process is CRI-O's, named by the
+/// kubelet's container, pod and namespace from its bundle's annotations, the bundle in
+/// the vfs storage's run folder (`<runroot>/vfs-containers/<id>/userdata`).
+fn nvc_ps_names_the_pod(node: &Node<'_>, gpus: &[FakeGpu]) {
+    let runroot = node.crio.dir.join("runroot");
+    let context = |what: &str| node.context(what);
+    let container = nvc_ps_of_a_pod(
+        node.w,
+        gpus,
+        &["--storage", runroot.to_str().unwrap()],
+        |ask, more| node.run_more("gpu-job", HANDLER, ask, more),
+        &context,
+    );
+    assert_eq!(container["engine"], "cri-o", "{container:#}");
+    let id = container["id"].as_str().unwrap();
+    assert_eq!(
+        container["bundle"],
+        runroot
+            .join("vfs-containers")
+            .join(id)
+            .join("userdata")
+            .to_str()
+            .unwrap(),
+        "{container:#}"
+    );
 }
 
 /// nvc-hook from CRI-O's hooks folder, under the default handler (runc): the hooks.d
