@@ -222,13 +222,18 @@ pub fn run_recorded(
         true => return Err(CdiHookError::EnterPid(parsed.pid)),
         false => init_pid(),
     };
+    // The host's GPUs, read once for the health screen and the mask; an error in
+    // reading them is the mask's, reported at its step.
+    let host_gpus = match hook {
+        CdiHook::Setup {
+            proc_root: Some(proc_root),
+            ..
+        } => Some(HostGpus::read(proc_root, &view)),
+        _ => None,
+    };
     // No broken GPU handed out: refused before anything is made.
-    if let CdiHook::Setup {
-        proc_root: Some(proc_root),
-        ..
-    } = hook
-    {
-        screen_health(proc_root, &view, config)?;
+    if let Some(Ok(host)) = &host_gpus {
+        screen_health(host, config)?;
         phases.mark("health");
     }
     let keep = !parsed.id.is_empty() && libnvc::plan::keeps_record(config, &view, &spec_value);
@@ -262,7 +267,7 @@ pub fn run_recorded(
     }
     phases.mark("record");
     let mut ldcache = None;
-    let result = set_up(hook, &view, &root, &mut ldcache, phases);
+    let result = set_up(hook, &view, &root, host_gpus, &mut ldcache, phases);
     let made = Trace {
         made: root.made(),
         ldcache,
@@ -296,35 +301,50 @@ pub fn run_recorded(
     }
 }
 
-/// Refuses the container of `view` when one of the GPUs of its `linux.devices` (those the
-/// engine took from the CDI devices it asked for, matched by device number with the
-/// host's GPUs under `proc_root`) is broken by the current health record, as the prestart
-/// path refuses a request naming one ([`libnvc::health`]): the engine resolved the CDI
-/// names, `all` included, to these devices, so nvc can only refuse, not leave one out. A
-/// record that is missing or not current blocks nothing; nor does `[requests]
-/// health-check = false`. What cannot be read here is left to the mask's step to report.
-fn screen_health(
-    proc_root: &Path,
-    view: &SpecView,
-    config: &nvc_config::Config,
-) -> Result<(), CdiHookError> {
+/// The host's GPUs (`<proc_root>/driver/nvidia/gpus`) and the bus ids of those a
+/// container was given: the GPUs whose `<nvidia major>:<Device Minor>` is among its
+/// `linux.devices` ([`hooks::visible_gpus`]); none where `/proc/devices` names no
+/// `nvidia` major.
+struct HostGpus {
+    /// `<proc_root>/driver/nvidia`.
+    nvidia: PathBuf,
+    /// The host's GPUs, in index order.
+    gpus: Vec<proc::ProcGpu>,
+    /// The bus ids of those the container was given.
+    given: Vec<String>,
+}
+
+impl HostGpus {
+    /// The host's GPUs under `proc_root` and those the container of `view` was given.
+    fn read(proc_root: &Path, view: &SpecView) -> Result<HostGpus, CdiHookError> {
+        let nvidia = proc_root.join("driver/nvidia");
+        let gpus = proc::read_gpus(&RealHost, &nvidia).map_err(CdiHookError::HostGpus)?;
+        let given = read_majors(&RealHost, proc_root)
+            .get("nvidia")
+            .map_or_else(Vec::new, |&major| {
+                hooks::visible_gpus(&gpus, major, &view.devices)
+            });
+        Ok(HostGpus {
+            nvidia,
+            gpus,
+            given,
+        })
+    }
+}
+
+/// Refuses the container when one of the GPUs it was given (`host.given`: those the
+/// engine took from the CDI devices it asked for) is broken by the current health record,
+/// as the prestart path refuses a request naming one ([`libnvc::health`]): the engine
+/// resolved the CDI names, `all` included, to these devices, so nvc can only refuse, not
+/// leave one out. A record that is missing or not current blocks nothing; nor does
+/// `[requests] health-check = false`.
+fn screen_health(host: &HostGpus, config: &nvc_config::Config) -> Result<(), CdiHookError> {
     use libnvc::health::{assess, Assessment, UnhealthyGpu};
     use libnvc::probe::HostProbe;
-    if !config.requests.health_check {
+    if !config.requests.health_check || host.given.is_empty() {
         return Ok(());
     }
-    let nvidia = proc_root.join("driver/nvidia");
-    let Ok(gpus) = proc::read_gpus(&RealHost, &nvidia) else {
-        return Ok(());
-    };
-    let Some(&major) = read_majors(&RealHost, proc_root).get("nvidia") else {
-        return Ok(());
-    };
-    let given = hooks::visible_gpus(&gpus, major, &view.devices);
-    if given.is_empty() {
-        return Ok(());
-    }
-    let version = libnvc::probe::read_text(&RealHost, &nvidia.join("version"))
+    let version = libnvc::probe::read_text(&RealHost, &host.nvidia.join("version"))
         .ok()
         .and_then(|text| proc::parse_version_file(&text))
         .unwrap_or_default();
@@ -339,8 +359,8 @@ fn screen_health(
             return Ok(());
         }
     };
-    for (index, gpu) in gpus.iter().enumerate() {
-        if !given.contains(&gpu.bus_id) {
+    for (index, gpu) in host.gpus.iter().enumerate() {
+        if !host.given.contains(&gpu.bus_id) {
             continue;
         }
         if let Some(health) = record.gpu(&gpu.uuid).filter(|h| !h.is_healthy()) {
@@ -372,6 +392,7 @@ fn set_up(
     hook: &CdiHook,
     view: &SpecView,
     root: &ContainerRoot,
+    host_gpus: Option<Result<HostGpus, CdiHookError>>,
     ldcache: &mut Option<CacheChange>,
     phases: &mut Phases,
 ) -> Result<(), CdiHookError> {
@@ -394,7 +415,8 @@ fn set_up(
         phases.mark("ldcache");
     }
     if let Some(proc_root) = proc_root {
-        mask_proc(proc_root, view, root)?;
+        let host = host_gpus.unwrap_or_else(|| HostGpus::read(proc_root, view))?;
+        mask_proc(&host, view, root)?;
         phases.mark("mask");
     }
     Ok(())
@@ -436,18 +458,11 @@ fn read_only_before_hooks(e: FsError, view: &SpecView) -> CdiHookError {
 }
 
 /// Masks the container's `/proc/driver/nvidia` (the container of `view`, whose rootfs is
-/// `root`) to the GPUs of its `linux.devices`, reading the host's under `proc_root`.
-pub fn mask_proc(
-    proc_root: &Path,
-    view: &SpecView,
-    root: &ContainerRoot,
-) -> Result<(), CdiHookError> {
-    let nvidia = proc_root.join("driver/nvidia");
-    let gpus = proc::read_gpus(&RealHost, &nvidia).map_err(CdiHookError::HostGpus)?;
-    let major = read_majors(&RealHost, proc_root)["nvidia"];
-    let visible = hooks::visible_gpus(&gpus, major, &view.devices);
-    let Some(mask) = ProcMask::prepare(&nvidia, &visible)? else {
-        info!("{} does not exist: nothing to mask", nvidia.display());
+/// `root`) to the GPUs it was given (`host.given`).
+fn mask_proc(host: &HostGpus, view: &SpecView, root: &ContainerRoot) -> Result<(), CdiHookError> {
+    let visible = &host.given;
+    let Some(mask) = ProcMask::prepare(&host.nvidia, visible)? else {
+        info!("{} does not exist: nothing to mask", host.nvidia.display());
         return Ok(());
     };
     match mask.apply(root)? {
@@ -479,7 +494,7 @@ fn is_proc(destination: &Path) -> bool {
 /// Running a `cdi-links` or `update-ldcache` hook again changes nothing.
 pub fn run_in(hook: &CdiHook, view: &SpecView, root: &ContainerRoot) -> Result<(), CdiHookError> {
     match hook {
-        CdiHook::MaskProc { proc_root } => mask_proc(proc_root, view, root),
+        CdiHook::MaskProc { proc_root } => mask_proc(&HostGpus::read(proc_root, view)?, view, root),
         CdiHook::Links(links) => make_links(links, view, root),
         CdiHook::UpdateLdcache {
             folders,
@@ -489,7 +504,14 @@ pub fn run_in(hook: &CdiHook, view: &SpecView, root: &ContainerRoot) -> Result<(
             crate::ldcache::update(root, ours, compat_above.as_ref())?;
             Ok(())
         }
-        CdiHook::Setup { .. } => set_up(hook, view, root, &mut None, &mut Phases::start("set up")),
+        CdiHook::Setup { .. } => set_up(
+            hook,
+            view,
+            root,
+            None,
+            &mut None,
+            &mut Phases::start("set up"),
+        ),
     }
 }
 
