@@ -6,6 +6,7 @@
 
 use std::ffi::{c_char, c_uint, c_void, CString};
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -171,7 +172,12 @@ pub fn now() -> u64 {
 /// the time.
 pub fn health_inputs(state: &StateDir) -> HealthInputs {
     let path = state.health_record();
-    let record = match std::fs::File::open(&path) {
+    // Never through a link, and never waiting on a FIFO put in its place.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path);
+    let record = match opened {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => RecordFile::Missing,
         Err(e) => RecordFile::Failed(e),
         Ok(f) => {
@@ -190,12 +196,16 @@ pub fn health_inputs(state: &StateDir) -> HealthInputs {
 }
 
 /// Writes `record` as the state folder's health record, atomically (temp file +
-/// rename), the folder made where missing.
+/// rename), the folder made where missing; first removes the temporary files of writers
+/// killed before their rename.
 pub fn write_record(state: &StateDir, record: &HealthRecord) -> Result<(), HealthError> {
+    let path = state.health_record();
     let options = WriteOptions {
         create_parents: true,
         ..WriteOptions::new(0o644)
     };
-    files::write_atomic(&state.health_record(), &record.to_bytes(), &options)
-        .map_err(HealthError::Write)
+    if let Err(e) = files::remove_stale_temp_files(&path, options.symlink) {
+        log::warn!("{}", libnvc::report::error_chain(&e));
+    }
+    files::write_atomic(&path, &record.to_bytes(), &options).map_err(HealthError::Write)
 }

@@ -279,6 +279,47 @@ fn a_missing_stale_or_foreign_record_blocks_nothing() {
 
 #[test]
 #[ignore = "needs root: containers need runc, device nodes and mounts"]
+fn the_record_is_never_followed_or_waited_on_and_a_killed_writer_leaves_nothing() {
+    let w = World::new();
+    let gpus = w.gpus_in_bus_order();
+    let record = record_path(&w);
+    std::fs::create_dir_all(record.parent().unwrap()).unwrap();
+    // A FIFO in the record's place: the start neither waits on it nor takes it for a
+    // record.
+    let made = Command::new("mkfifo").arg(&record).status().unwrap();
+    assert!(made.success(), "mkfifo");
+    let all = w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], LIST_NODES);
+    assert_eq!(sorted(gpu_nodes(&all)), nodes_but(&w, None));
+    std::fs::remove_file(&record).unwrap();
+
+    // A link in the record's place, to a record that says GPU 0 is lost: not followed,
+    // so it blocks nothing.
+    break_gpu(&w, &gpus[0].uuid, &["lost"]);
+    nvc(&w, &["health", "update"]);
+    let elsewhere = w.dir.path().join("elsewhere.json");
+    std::fs::rename(&record, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &record).unwrap();
+    let named = w.ok(&["NVIDIA_VISIBLE_DEVICES=0"], LIST_NODES);
+    assert_eq!(gpu_nodes(&named), [node_of(&gpus[0])]);
+    std::fs::remove_file(&record).unwrap();
+
+    // The temporary file of an `nvc health update` killed before its rename (its pid no
+    // longer runs) is removed by the next one.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let temp = record.parent().unwrap().join(format!(
+        ".gpu-health.json.{dead}-1.0123456789abcdef.nvc-tmp"
+    ));
+    std::fs::write(&temp, b"{").unwrap();
+    nvc(&w, &["health", "update"]);
+    assert!(!temp.exists(), "{} is left", temp.display());
+    assert!(record.is_file());
+    assert!(!w.run(&["NVIDIA_VISIBLE_DEVICES=0"], LIST_NODES).success());
+}
+
+#[test]
+#[ignore = "needs root: containers need runc, device nodes and mounts"]
 fn health_check_false_turns_it_off() {
     let w = World::new();
     let gpus = w.gpus_in_bus_order();
