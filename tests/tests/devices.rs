@@ -20,7 +20,7 @@ use serde_json::json;
 
 mod common;
 
-use common::containers::{nodes_inside, World, LIST_NODES};
+use common::containers::{hook_only, nodes_inside, World, LIST_NODES};
 use common::edits::{container_paths, driver, edits_for, gpu_nodes, node_paths, request};
 use common::LIB;
 
@@ -345,16 +345,6 @@ fn void_and_unset_leave_everything_untouched() {
         );
         assert_eq!(tree_digest(&w.rootfs.path), before_rootfs, "rootfs changed");
     }
-}
-
-/// The spec's `hooks` as Docker's `--gpus` or a Podman hooks.d file give them: nvc-hook
-/// alone, run by its other name, with the nvc config `config`.
-fn hook_only(config: &std::path::Path) -> serde_json::Value {
-    json!({"prestart": [{
-        "path": nvc_tests::workspace_bin("nvc-hook"),
-        "args": ["nvidia-container-runtime-hook", "prestart"],
-        "env": [format!("NVC_CONFIG={}", config.display())],
-    }]})
 }
 
 #[test]

@@ -11,7 +11,7 @@
 // The helpers below are test code too; clippy's allow-*-in-tests only covers #[test] fns.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use libnvc::health::Fault;
@@ -20,7 +20,7 @@ use serde_json::json;
 
 mod common;
 
-use common::containers::{nodes_inside, World, LIST_NODES};
+use common::containers::{hook_only, nodes_inside, World, LIST_NODES};
 
 /// The file the fake libnvidia-ml reads the GPUs' faults from, in the tree's folder.
 const NVML_HEALTH_FILE: &str = "nvml-health.txt";
@@ -170,15 +170,6 @@ fn each_fault_leaves_the_gpu_out_of_all_and_refuses_it_by_name() {
     let all = w.ok(&["NVIDIA_VISIBLE_DEVICES=all"], LIST_NODES);
     assert_eq!(sorted(gpu_nodes(&all)), nodes_but(&w, None));
     w.ok(&[&format!("NVIDIA_VISIBLE_DEVICES={index}")], LIST_NODES);
-}
-
-/// The spec's `hooks` as Docker's `--gpus` or a Podman hooks.d file give them.
-fn hook_only(config: &Path) -> serde_json::Value {
-    json!({"prestart": [{
-        "path": nvc_tests::workspace_bin("nvc-hook"),
-        "args": ["nvidia-container-runtime-hook", "prestart"],
-        "env": [format!("NVC_CONFIG={}", config.display())],
-    }]})
 }
 
 #[test]

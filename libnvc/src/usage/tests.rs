@@ -46,6 +46,25 @@ impl World {
         write(&dir.join("comm"), &format!("{comm}\n"));
     }
 
+    /// Podman's container `id` named `name`, its process `pid` (pid 1 inside), on the
+    /// storage driver `driver`; returns its bundle.
+    fn podman(&self, pid: u32, id: &str, driver: &str, name: &str) -> PathBuf {
+        self.process(
+            pid,
+            &format!("0::/machine.slice/libpod-{id}.scope/container\n"),
+            &format!("{pid}\t1"),
+            "sleep",
+        );
+        let folder = self.roots.storage[0].join(format!("{driver}-containers"));
+        let bundle = folder.join(id).join("userdata");
+        self.bundle(&bundle, r#"{"io.container.manager":"libpod"}"#);
+        write(
+            &folder.join("containers.json"),
+            &format!(r#"[{{"id":"{id}","names":["{name}"]}}]"#),
+        );
+        bundle
+    }
+
     fn bundle(&self, path: &Path, annotations: &str) {
         write(
             &path.join("config.json"),
@@ -111,34 +130,10 @@ fn each_process_is_mapped_to_its_engines_container() {
         &w.roots.containerd_tasks[0].join("k8s.io").join(CRI_ID),
         r#"{"io.kubernetes.cri.container-name":"cuda","io.kubernetes.cri.sandbox-name":"job-1","io.kubernetes.cri.sandbox-namespace":"ml"}"#,
     );
-    // Podman: its name from containers.json beside the bundle.
-    w.process(
-        103,
-        &format!("0::/machine.slice/libpod-{PODMAN_ID}.scope/container\n"),
-        "103\t1",
-        "sleep",
-    );
-    let podman_bundle = root.join(format!("storage/overlay-containers/{PODMAN_ID}/userdata"));
-    w.bundle(&podman_bundle, r#"{"io.container.manager":"libpod"}"#);
-    write(
-        &root.join("storage/overlay-containers/containers.json"),
-        &format!(r#"[{{"id":"{PODMAN_ID}","names":["gpu-job"]}}]"#),
-    );
-    // Podman on the vfs storage driver: the same, under `vfs-containers`.
-    w.process(
-        106,
-        &format!("0::/machine.slice/libpod-{PODMAN_VFS_ID}.scope/container\n"),
-        "106\t1",
-        "sleep",
-    );
-    w.bundle(
-        &root.join(format!("storage/vfs-containers/{PODMAN_VFS_ID}/userdata")),
-        r#"{"io.container.manager":"libpod"}"#,
-    );
-    write(
-        &root.join("storage/vfs-containers/containers.json"),
-        &format!(r#"[{{"id":"{PODMAN_VFS_ID}","names":["on-vfs"]}}]"#),
-    );
+    // Podman: its name from containers.json beside the bundle; on the overlay storage
+    // driver and on vfs.
+    let podman_bundle = w.podman(103, PODMAN_ID, "overlay", "gpu-job");
+    w.podman(106, PODMAN_VFS_ID, "vfs", "on-vfs");
     // CRI-O.
     w.process(
         104,

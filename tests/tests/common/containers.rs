@@ -79,6 +79,16 @@ impl World {
     }
 }
 
+/// The spec's `hooks` as Docker's `--gpus` or a Podman hooks.d file give them: nvc-hook
+/// alone, run by its other name, with the nvc config `config`.
+pub fn hook_only(config: &std::path::Path) -> serde_json::Value {
+    serde_json::json!({"prestart": [{
+        "path": nvc_tests::workspace_bin("nvc-hook"),
+        "args": ["nvidia-container-runtime-hook", "prestart"],
+        "env": [format!("NVC_CONFIG={}", config.display())],
+    }]})
+}
+
 /// The `/dev/nvidia*` nodes the container has, as "path major:minor" (decimal).
 pub fn nodes_inside(out: &str) -> Vec<String> {
     out.lines()
