@@ -6,21 +6,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use libnvc::discover::{self, DriverRoots};
 use libnvc::usage::{GpuUsage, Owner, ProcessUsage, UsageRoots};
-use nvc_config::Config;
 use nvc_host::usage::{GpuId, Nvml, UsageError};
 use serde_json::json;
 
 /// Why `nvc ps` or `nvc top` could not show the table.
 #[derive(Debug, thiserror::Error)]
 pub enum TopError {
-    /// The configuration could not be loaded.
+    /// The config or the driver could not be read.
     #[error(transparent)]
-    Config(#[from] nvc_config::ConfigError),
-    /// The driver could not be discovered.
-    #[error(transparent)]
-    Discover(#[from] discover::DiscoverError),
+    Cli(#[from] crate::commands::CliError),
     /// The driver has no NVML.
     #[error(
         "the driver under {0} has no libnvidia-ml: install the driver's NVML (nvidia-smi needs \
@@ -78,12 +73,7 @@ struct Source {
 
 impl Source {
     fn load(args: &PsArgs) -> Result<Source, TopError> {
-        let (config, _) = Config::load_from_env()?;
-        nvc_host::logging::init(&config.log, "nvc");
-        let driver = discover::discover(
-            &DriverRoots::from_config(&config.driver),
-            &nvc_host::probe::RealHost,
-        )?;
+        let (config, _, driver) = crate::commands::load()?;
         let lib = driver
             .library("libnvidia-ml")
             .ok_or_else(|| TopError::NoNvml(config.driver.root.clone()))?;
