@@ -9,9 +9,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nvc_tests::{
-    container_id, elf_interpreter, host_mounts, nvc_config_for, require_root, tree_digest, Bundle,
-    FakeDriverSpec, Outcome, RootfsSpec, Runtime, TestRootfs, BUSYBOX_APPLETS, LOADER_PATH,
-    PROBE_PATH,
+    container_id, elf_interpreter, host_mounts_beside_tests, nvc_config_for, require_root,
+    tree_digest, Bundle, FakeDriverSpec, Outcome, RootfsSpec, Runtime, TestRootfs, BUSYBOX_APPLETS,
+    LOADER_PATH, PROBE_PATH,
 };
 use serde_json::json;
 use tempfile::TempDir;
@@ -374,13 +374,14 @@ fn tree_digest_sees_changes_and_only_changes() {
 #[ignore = "needs root: runc container"]
 fn a_plain_container_changes_nothing_outside() {
     let setup = Setup::new(RootfsSpec::default(), "runc container");
-    let mounts = host_mounts();
+    // Other test programs run beside this one and mount in their own temporary folders.
+    let mounts = host_mounts_beside_tests(setup.tmp.path());
     assert!(mounts.iter().any(|m| m == "/"), "{mounts:?}");
     let rootfs = tree_digest(&setup.rootfs.path);
     let outcome = setup.sh("mount | wc -l; ls /dev /proc/self >/dev/null; echo done");
     outcome.assert_success();
     assert!(outcome.stdout.ends_with("done\n"), "{outcome:?}");
-    assert_eq!(host_mounts(), mounts);
+    assert_eq!(host_mounts_beside_tests(setup.tmp.path()), mounts);
     assert_eq!(
         tree_digest(&setup.rootfs.path),
         rootfs,
